@@ -1,0 +1,28 @@
+"""Shared Transformer blocks, re-exported flat: ``from multimodal.layers import Decoder``."""
+
+from multimodal.layers.attend import attend, attend_reference
+from multimodal.layers.attention import MultiHeadAttention
+from multimodal.layers.block import FeedForward, TransformerBlock
+from multimodal.layers.cache import DecodingState, KVCache
+from multimodal.layers.config import TransformerConfig
+from multimodal.layers.position import LearnedPositions, SinusoidalPositions
+from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
+from multimodal.layers.stack import Decoder, Encoder, TransformerStack
+
+__all__ = [
+    "DecodingState",
+    "Decoder",
+    "Encoder",
+    "FeedForward",
+    "KVCache",
+    "LearnedPositions",
+    "MultiHeadAttention",
+    "RelativePositionEmbedding",
+    "SinusoidalPositions",
+    "TransformerBlock",
+    "TransformerConfig",
+    "TransformerStack",
+    "attend",
+    "attend_reference",
+    "relative_attention",
+]

@@ -1,0 +1,76 @@
+"""Key/value caches for incremental decoding.
+
+A decoder that has already seen ``t`` tokens keeps each layer's keys and values so the next token
+costs one query against ``t + 1`` keys instead of a full forward over ``t + 1`` tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class KVCache:
+    """Keys and values of one attention layer, stored in a buffer that grows by doubling.
+
+    ``append`` writes new ``(batch, heads, new, head_dim)`` keys and values and returns views of
+    everything cached so far, ``(batch, heads, length, head_dim)``. Views stay valid until the next
+    ``append``.
+    """
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.length = 0
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Adds ``(batch, heads, new, head_dim)`` keys/values; returns all cached keys and values."""
+        new = keys.shape[-2]
+        if self.keys is None or self.length + new > self.keys.shape[-2]:
+            self._grow(keys, values, self.length + new)
+        self.keys[..., self.length : self.length + new, :] = keys
+        self.values[..., self.length : self.length + new, :] = values
+        self.length += new
+        return self.keys[..., : self.length, :], self.values[..., : self.length, :]
+
+    def _grow(self, keys: Tensor, values: Tensor, needed: int) -> None:
+        capacity = max(needed, 2 * (0 if self.keys is None else self.keys.shape[-2]), 64)
+        grown_keys = keys.new_empty(*keys.shape[:-2], capacity, keys.shape[-1])
+        grown_values = values.new_empty(*values.shape[:-2], capacity, values.shape[-1])
+        if self.keys is not None:
+            grown_keys[..., : self.length, :] = self.keys[..., : self.length, :]
+            grown_values[..., : self.length, :] = self.values[..., : self.length, :]
+        self.keys, self.values = grown_keys, grown_values
+
+
+class DecodingState:
+    """Everything a stack carries from one decoding step to the next.
+
+    Attributes:
+        layers: One self-attention :class:`KVCache` per block.
+        cross: Per block, the projected encoder keys/values (computed once), or None.
+        position: Number of tokens already decoded (the absolute position of the next one).
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers = [KVCache() for _ in range(num_layers)]
+        self.cross: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
+        self.position = 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Keeps batch rows ``index`` (beam search, dropping finished samples)."""
+        for cache in self.layers:
+            if cache.keys is not None:
+                cache.keys = cache.keys.index_select(0, index)
+                cache.values = cache.values.index_select(0, index)
+        self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
+                      for kv in self.cross]  # fmt: skip
+
+    @torch.no_grad()
+    def memory_bytes(self) -> int:
+        """Bytes held by the cached keys and values."""
+        total = 0
+        for cache in self.layers:
+            if cache.keys is not None:
+                total += cache.keys.nbytes + cache.values.nbytes
+        return total

@@ -1,0 +1,61 @@
+"""Absolute position embeddings added to the input of a stack."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sine/cosine embeddings of Vaswani et al. 2017; defined for any position.
+
+    Args:
+        dim: Embedding width (even).
+        max_seq_len: Positions precomputed; longer sequences are computed on the fly.
+    """
+
+    def __init__(self, dim: int, max_seq_len: int) -> None:
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"sinusoidal positions need an even dim, got {dim}")
+        self.dim = dim
+        self.register_buffer("table", self._table(max_seq_len), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Embeddings of positions ``offset .. offset + length - 1``, ``(length, dim)``."""
+        if offset + length > self.table.shape[0]:
+            self.table = self._table(2 * (offset + length)).to(self.table.device)
+        return self.table[offset : offset + length]
+
+    def _table(self, length: int) -> Tensor:
+        position = torch.arange(length, dtype=torch.float32)[:, None]
+        frequency = torch.exp(torch.arange(0, self.dim, 2, dtype=torch.float32) * (-math.log(10000.0) / self.dim))
+        table = torch.zeros(length, self.dim)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency)
+        return table
+
+
+class LearnedPositions(nn.Module):
+    """One trained vector per position, as in GPT-2 and ViT.
+
+    Args:
+        dim: Embedding width.
+        max_seq_len: Number of positions; longer sequences are an error.
+    """
+
+    def __init__(self, dim: int, max_seq_len: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(max_seq_len, dim) * 0.02)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Embeddings of positions ``offset .. offset + length - 1``, ``(length, dim)``."""
+        max_seq_len = self.weight.shape[0]
+        if offset + length > max_seq_len:
+            raise ValueError(
+                f"sequence of {offset + length} tokens exceeds max_seq_len={max_seq_len} of this "
+                f"absolute-position model; use position='relative' or crop the prompt"
+            )
+        return self.weight[offset : offset + length]

@@ -1,0 +1,290 @@
+"""Relative position attention (Shaw et al. 2018) computed the Music Transformer way.
+
+Each layer learns one embedding per head and per clipped relative distance ``r = j - i`` (key
+position minus query position). The attention logit of query ``i`` and key ``j`` becomes::
+
+    (q_i · k_j + q_i · E[clip(j - i)]) / sqrt(head_dim)
+
+Shaw et al. build a ``(seq, seq, head_dim)`` tensor of embeddings to get the second term; Huang
+et al. (Music Transformer, 2018) compute ``Q E^T`` once and "skew" it into place. This module
+goes one step further so that training memory grows linearly in ``seq_len``:
+
+* queries are processed in blocks of ``block_size``; for a block, ``q_block @ E_band^T`` gives
+  the relative logits of every distance the block needs (a band of ``keys + block - 1`` columns),
+  and the skew is a zero-copy ``as_strided`` view of that band — row ``a`` starts one column
+  further left than row ``a - 1``;
+* a hand-written backward recomputes each block's probabilities instead of storing them (as flash
+  attention does), so only ``q, k, v, out`` and the embeddings are kept for the backward pass;
+* in causal attention a query block only ever touches the keys up to its last query, which halves
+  the work.
+
+Legend for shapes: ``b`` batch, ``h`` heads, ``q``/``k`` query/key positions, ``d`` head_dim,
+``w`` band width (distinct distances one block needs), ``n`` number of distances in the table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class RelativePositionEmbedding(nn.Module):
+    """Learned embeddings for clipped relative distances, one table per head.
+
+    Args:
+        num_heads: Attention heads; each has its own table.
+        head_dim: Size of each embedding (the per-head query size).
+        max_distance: Distances are clipped to ``[-max_distance, max_distance]`` (Shaw's ``k``).
+        causal: If True only distances ``<= 0`` exist (a query never sees later keys), which halves
+            the table.
+
+    Attributes:
+        weight: ``(num_heads, num_distances, head_dim)``; row ``max_distance + r`` holds distance
+            ``r``.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, max_distance: int, causal: bool) -> None:
+        super().__init__()
+        if max_distance < 1:
+            raise ValueError(f"max_distance must be >= 1, got {max_distance}")
+        self.max_distance = max_distance
+        self.causal = causal
+        num_distances = max_distance + 1 if causal else 2 * max_distance + 1
+        self.weight = nn.Parameter(torch.randn(num_heads, num_distances, head_dim) * 0.02)
+
+    def index(self, distance: Tensor) -> Tensor:
+        """Row of ``weight`` for each relative distance ``key_pos - query_pos`` (any shape).
+
+        Positive distances of a causal table map to distance 0; they are masked out anyway.
+        """
+        upper = 0 if self.causal else self.max_distance
+        return distance.clamp(-self.max_distance, upper) + self.max_distance
+
+    def extra_repr(self) -> str:
+        return f"max_distance={self.max_distance}, causal={self.causal}"
+
+
+def relative_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    embedding: RelativePositionEmbedding,
+    *,
+    causal: bool,
+    query_offset: int = 0,
+    key_padding_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    block_size: int = 128,
+) -> Tensor:
+    """Memory-efficient relative attention (skewed, query-blocked, recomputing backward).
+
+    Args:
+        q: Queries ``(batch, heads, q_len, head_dim)``.
+        k: Keys ``(batch, heads, k_len, head_dim)``.
+        v: Values ``(batch, heads, k_len, head_dim)``.
+        embedding: The relative distance table of this layer.
+        causal: Query ``i`` sees keys ``j <= i + query_offset`` only.
+        query_offset: Absolute position of the first query; keys always start at 0. Used for
+            incremental decoding, where ``k_len = query_offset + q_len``.
+        key_padding_mask: ``(batch, k_len)`` bool, True where a key is padding and must be ignored.
+        dropout_p: Dropout on the attention probabilities (pass 0.0 in eval mode).
+        block_size: Queries per block; trades Python overhead against transient memory
+            ``batch * heads * block_size * k_len``.
+
+    Returns:
+        ``(batch, heads, q_len, head_dim)``.
+    """
+    _check_shapes(q, k, v, causal, query_offset, key_padding_mask)
+    seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
+    settings = _Settings(causal, query_offset, dropout_p, seed, block_size, embedding.max_distance)
+    return _RelativeAttention.apply(q, k, v, embedding.weight, key_padding_mask, settings)
+
+
+def relative_logits_reference(
+    q: Tensor, embedding: RelativePositionEmbedding, k_len: int, query_offset: int = 0
+) -> Tensor:
+    """Plain gather of ``q_i · E[clip(j - i)]`` into a full ``(batch, heads, q_len, k_len)`` tensor.
+
+    Unscaled. Obviously correct and quadratic in memory; used by the reference attention path.
+    """
+    q_pos = torch.arange(q.shape[-2], device=q.device) + query_offset
+    k_pos = torch.arange(k_len, device=q.device)
+    rows = embedding.index(k_pos[None, :] - q_pos[:, None])  # (q, k)
+    per_distance = q @ embedding.weight.transpose(-1, -2)  # (b, h, q, n)
+    return torch.gather(per_distance, -1, rows.expand(*q.shape[:2], *rows.shape))
+
+
+class _Settings:
+    """Non-tensor arguments of the autograd function, kept together."""
+
+    def __init__(
+        self, causal: bool, query_offset: int, dropout_p: float, seed: int, block_size: int, max_distance: int
+    ) -> None:
+        self.causal = causal
+        self.query_offset = query_offset
+        self.dropout_p = dropout_p
+        self.seed = seed
+        self.block_size = block_size
+        self.max_distance = max_distance
+
+
+class _RelativeAttention(torch.autograd.Function):
+    """Forward and hand-written backward of :func:`relative_attention`, one query block at a time."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, table, key_padding_mask, settings: _Settings):  # type: ignore[override]
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        q_scaled = q * scale
+        out = torch.empty_like(q)
+        for block in _blocks(q.shape[-2], k.shape[-2], settings):
+            keys = slice(0, block.num_keys)
+            if settings.dropout_p > 0:
+                probs = _block_probs(q_scaled, k, table, key_padding_mask, block, settings)[0]
+                probs = probs * _dropout_keep(probs, block, settings)
+                out[..., block.rows, :] = probs @ v[..., keys, :]
+            else:
+                # The fused kernel adds the relative logits as a float bias: fastest without dropout.
+                bias = _block_bias(q_scaled, table, key_padding_mask, block, settings)
+                out[..., block.rows, :] = F.scaled_dot_product_attention(
+                    q[..., block.rows, :], k[..., keys, :], v[..., keys, :], attn_mask=bias
+                )
+        ctx.save_for_backward(q, k, v, table, key_padding_mask, out)
+        ctx.settings = settings
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        q, k, v, table, key_padding_mask, out = ctx.saved_tensors
+        settings: _Settings = ctx.settings
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        q_scaled = q * scale
+        grad_out = grad_out.contiguous()
+        # Row sums of dO * O equal sum_j P_ij dP_ij, the softmax backward's subtracted term.
+        row_dot = (grad_out * out).sum(-1, keepdim=True)  # (b, h, q, 1)
+        grad_q = torch.empty_like(q)
+        grad_k = torch.zeros_like(k)
+        grad_v = torch.zeros_like(v)
+        grad_table = torch.zeros_like(table)
+        for block in _blocks(q.shape[-2], k.shape[-2], settings):
+            probs, band_rows = _block_probs(q_scaled, k, table, key_padding_mask, block, settings)
+            keep = _dropout_keep(probs, block, settings)
+            keys = slice(0, block.num_keys)
+            q_block = q_scaled[..., block.rows, :]  # (b, h, q, d)
+            grad_block = grad_out[..., block.rows, :]
+            kept = probs if keep is None else probs * keep
+            grad_v[..., keys, :] += kept.transpose(-1, -2) @ grad_block
+            grad_probs = grad_block @ v[..., keys, :].transpose(-1, -2)  # (b, h, q, k)
+            if keep is not None:
+                grad_probs.mul_(keep)
+            grad_logits = grad_probs.sub_(row_dot[..., block.rows, :]).mul_(probs)  # (b, h, q, k)
+            grad_k[..., keys, :] += grad_logits.transpose(-1, -2) @ q_block
+            grad_q_block = grad_logits @ k[..., keys, :]
+            grad_band = torch.zeros(*grad_logits.shape[:-1], band_rows.numel(), dtype=q.dtype, device=q.device)
+            _skew(grad_band, block.num_keys).copy_(grad_logits)
+            grad_q_block += grad_band @ table[:, band_rows]
+            grad_table.index_add_(1, band_rows, torch.einsum("bhqw,bhqd->hwd", grad_band, q_block))
+            grad_q[..., block.rows, :] = grad_q_block * scale
+        return grad_q, grad_k, grad_v, grad_table, None, None
+
+
+class _Block:
+    """One block of queries: which rows, and how many keys they can see."""
+
+    def __init__(self, start: int, stop: int, num_keys: int, position: int) -> None:
+        self.rows = slice(start, stop)
+        self.size = stop - start
+        self.num_keys = num_keys
+        self.position = position  # absolute position of the block's first query
+        self.index = start
+
+
+def _blocks(q_len: int, k_len: int, settings: _Settings):
+    """Yields the query blocks; a causal block sees keys up to its last query only."""
+    for start in range(0, q_len, settings.block_size):
+        stop = min(start + settings.block_size, q_len)
+        position = settings.query_offset + start
+        num_keys = min(k_len, settings.query_offset + stop) if settings.causal else k_len
+        yield _Block(start, stop, num_keys, position)
+
+
+def _block_probs(q_scaled, k, table, key_padding_mask, block: _Block, settings: _Settings):
+    """Attention probabilities of one query block ``(b, h, block, keys)`` and its band's table rows."""
+    q_block = q_scaled[..., block.rows, :]  # (b, h, q, d)
+    band, band_rows = _band(q_block, table, block, settings)
+    logits = q_block @ k[..., : block.num_keys, :].transpose(-1, -2)  # (b, h, q, k)
+    logits += _skew(band, block.num_keys)
+    _mask_(logits, key_padding_mask, block, settings)
+    return torch.softmax(logits, dim=-1), band_rows
+
+
+def _block_bias(q_scaled, table, key_padding_mask, block: _Block, settings: _Settings) -> Tensor:
+    """Relative logits of one query block with masks applied, contiguous ``(b, h, block, keys)``."""
+    band, _ = _band(q_scaled[..., block.rows, :], table, block, settings)
+    bias = _skew(band, block.num_keys).contiguous()
+    _mask_(bias, key_padding_mask, block, settings)
+    return bias
+
+
+def _band(q_block: Tensor, table: Tensor, block: _Block, settings: _Settings) -> tuple[Tensor, Tensor]:
+    """Relative logits ``(b, h, q, w)`` of every distance the block needs, and their table rows ``(w,)``."""
+    # Distances from (first key - last query) to (last key - first query).
+    lowest = -(block.position + block.size - 1)
+    distances = torch.arange(lowest, block.num_keys - block.position, device=q_block.device)
+    upper = 0 if settings.causal else settings.max_distance
+    band_rows = distances.clamp(-settings.max_distance, upper) + settings.max_distance
+    return q_block @ table[:, band_rows].transpose(-1, -2), band_rows
+
+
+def _mask_(logits: Tensor, key_padding_mask: Tensor | None, block: _Block, settings: _Settings) -> None:
+    """Masks future keys (causal) and padding keys of a block's ``(b, h, q, keys)`` logits in place."""
+    if settings.causal:
+        # Only the last `block.size` keys can lie in the future of some query of the block.
+        diagonal = logits[..., block.num_keys - block.size :]
+        future = torch.ones(block.size, block.size, dtype=torch.bool, device=logits.device).triu_(1)
+        diagonal.masked_fill_(future, float("-inf"))
+    if key_padding_mask is not None:
+        padding = key_padding_mask[:, None, None, : block.num_keys]
+        logits.masked_fill_(padding, torch.finfo(logits.dtype).min)
+
+
+def _dropout_keep(probs: Tensor, block: _Block, settings: _Settings) -> Tensor | None:
+    """The block's dropout mask scaled by ``1 / (1 - p)``; seeded per block so backward redraws it."""
+    if settings.dropout_p == 0:
+        return None
+    generator = torch.Generator(device=probs.device).manual_seed(settings.seed + block.index)
+    keep = torch.empty_like(probs).bernoulli_(1 - settings.dropout_p, generator=generator)
+    return keep.div_(1 - settings.dropout_p)
+
+
+def _skew(band: Tensor, num_keys: int) -> Tensor:
+    """Zero-copy view of a ``(..., q, w)`` band as ``(..., q, num_keys)`` relative logits.
+
+    Band column ``c`` holds distance ``c - (block_position + q - 1)`` for every row, so the logit
+    of row ``a`` and key ``j`` sits at column ``j + q - 1 - a``: each row starts one column left of
+    the row above. With the band contiguous that is a stride of ``w - 1`` between rows.
+    """
+    *lead, rows, width = band.shape
+    stride = list(band.stride())
+    stride[-2] = width - 1
+    return band.as_strided((*lead, rows, num_keys), stride, band.storage_offset() + rows - 1)
+
+
+def _check_shapes(q, k, v, causal, query_offset, key_padding_mask) -> None:
+    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"expected q (batch, heads, q_len, head_dim) and k, v (batch, heads, k_len, head_dim); "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if causal and k.shape[-2] != query_offset + q.shape[-2]:
+        raise ValueError(
+            f"causal relative attention needs k_len = query_offset + q_len, got k_len={k.shape[-2]}, "
+            f"query_offset={query_offset}, q_len={q.shape[-2]}"
+        )
+    if key_padding_mask is not None and key_padding_mask.shape != (k.shape[0], k.shape[-2]):
+        raise ValueError(
+            f"key_padding_mask must be (batch, k_len) = {(k.shape[0], k.shape[-2])}, "
+            f"got {tuple(key_padding_mask.shape)}"
+        )

@@ -1,0 +1,92 @@
+"""Encoder and decoder stacks: input positions, a list of blocks, a final norm."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from multimodal.layers.block import TransformerBlock
+from multimodal.layers.cache import DecodingState
+from multimodal.layers.config import TransformerConfig
+from multimodal.layers.position import LearnedPositions, SinusoidalPositions
+
+
+class TransformerStack(nn.Module):
+    """``num_layers`` pre-norm blocks with the position scheme of ``config``; see :class:`Encoder`, :class:`Decoder`.
+
+    Absolute positions (``"sinusoidal"``, ``"learned"``) are added to the input here; relative
+    positions live inside each block's attention.
+
+    Args:
+        config: Sizes and options.
+        causal: Whether self-attention is masked to the past.
+    """
+
+    def __init__(self, config: TransformerConfig, causal: bool) -> None:
+        super().__init__()
+        self.config = config
+        self.causal = causal
+        self.positions: nn.Module | None = None
+        if config.position == "sinusoidal":
+            self.positions = SinusoidalPositions(config.dim, config.max_seq_len)
+        elif config.position == "learned":
+            self.positions = LearnedPositions(config.dim, config.max_seq_len)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(TransformerBlock(config, causal) for _ in range(config.num_layers))
+        self.norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        context: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        context_padding_mask: Tensor | None = None,
+        state: DecodingState | None = None,
+    ) -> Tensor:
+        """Runs the blocks over embeddings ``(batch, seq, dim)``; returns ``(batch, seq, dim)``.
+
+        Args:
+            x: Input embeddings.
+            context: Encoder output ``(batch, ctx_len, context_dim)`` (cross-attention stacks).
+            key_padding_mask: ``(batch, seq)`` bool, True at padding (with a state: ``(batch,
+                cached + seq)``).
+            context_padding_mask: ``(batch, ctx_len)`` bool, True at padded context positions.
+            state: From :meth:`new_state`; makes this call continue where the last one stopped
+                and advances it by ``seq``.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.config.dim:
+            raise ValueError(f"expected input (batch, seq, dim={self.config.dim}), got {tuple(x.shape)}")
+        if self.config.cross_attention and context is None:
+            raise ValueError("this stack has cross-attention: pass `context` (the encoder output)")
+        if state is not None and not self.causal:
+            raise ValueError("incremental decoding needs a causal stack (Decoder)")
+        offset = state.position if state is not None else 0
+        if self.positions is not None:
+            x = x + self.positions(x.shape[1], offset).to(x.dtype)
+        x = self.dropout(x)
+        for index, block in enumerate(self.blocks):
+            x = block(
+                x, context=context, key_padding_mask=key_padding_mask,
+                context_padding_mask=context_padding_mask, state=state, layer=index,
+            )  # fmt: skip
+        if state is not None:
+            state.position += x.shape[1]
+        return self.norm(x)
+
+    def new_state(self) -> DecodingState:
+        """An empty decoding state (KV caches for every block)."""
+        return DecodingState(len(self.blocks))
+
+
+class Encoder(TransformerStack):
+    """Bidirectional stack: every position attends to every other. ``(batch, seq, dim)`` in and out."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config, causal=False)
+
+
+class Decoder(TransformerStack):
+    """Causal stack: position ``i`` attends to ``0..i``; supports cached incremental decoding."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config, causal=True)

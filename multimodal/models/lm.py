@@ -1,0 +1,61 @@
+"""Decoder-only language model used for text, MIDI events and raster pixels."""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor, nn
+
+from multimodal.layers.cache import DecodingState
+from multimodal.layers.stack import Decoder
+from multimodal.models.config import CausalLMConfig
+
+
+class CausalLM(nn.Module):
+    """Token embedding, causal :class:`~multimodal.layers.Decoder`, linear head to the vocabulary.
+
+    Args:
+        config: Sizes, position scheme and vocabulary size.
+    """
+
+    def __init__(self, config: CausalLMConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.dim)
+        self.decoder = Decoder(config)
+        self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.apply(_init_weights)
+        for name, parameter in self.named_parameters():
+            # GPT-2's scaling: residual projections shrink with depth so the stream's variance stays put.
+            if name.endswith(("to_out.weight", "down.weight")):
+                nn.init.normal_(parameter, std=0.02 / math.sqrt(2 * config.num_layers))
+        if config.tie_embeddings:
+            self.head.weight = self.embedding.weight
+
+    def forward(
+        self, tokens: Tensor, *, key_padding_mask: Tensor | None = None, state: DecodingState | None = None
+    ) -> Tensor:
+        """Next-token logits ``(batch, seq, vocab_size)`` for token ids ``(batch, seq)``.
+
+        Args:
+            tokens: Token ids.
+            key_padding_mask: ``(batch, seq)`` bool, True at padding.
+            state: From :meth:`new_state`, for cached incremental decoding.
+        """
+        if tokens.dim() != 2:
+            raise ValueError(f"expected token ids (batch, seq), got shape {tuple(tokens.shape)}")
+        hidden = self.decoder(self.embedding(tokens), key_padding_mask=key_padding_mask, state=state)
+        return self.head(hidden)
+
+    def new_state(self) -> DecodingState:
+        """An empty decoding state for :func:`multimodal.generation.generate`."""
+        return self.decoder.new_state()
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)

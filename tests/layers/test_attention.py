@@ -1,0 +1,131 @@
+"""Fast attention paths against plain references; causality; cached decoding; gradcheck."""
+
+import pytest
+import torch
+
+from multimodal.layers import Decoder, Encoder, MultiHeadAttention, TransformerConfig, attend, attend_reference
+from multimodal.layers.relative import RelativePositionEmbedding
+
+SCHEMES = ["none", "sinusoidal", "learned", "relative"]
+
+
+def _config(position, **overrides):
+    values = dict(dim=32, num_layers=2, num_heads=4, ff_dim=64, position=position, max_seq_len=64, dropout=0.0)
+    return TransformerConfig(**{**values, **overrides})
+
+
+def naive_attention(q, k, v, allowed):
+    """Textbook softmax(QK^T / sqrt(d)) V with a boolean mask, one (batch, head) at a time."""
+    out = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            logits = q[b, h] @ k[b, h].T / q.shape[-1] ** 0.5
+            logits[~allowed[b]] = float("-inf")
+            out[b, h] = torch.softmax(logits, -1) @ v[b, h]
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sdpa_path_and_reference_path_match_naive_attention(causal):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 11, 8, generator=g) for _ in range(3))
+    padding = torch.zeros(2, 11, dtype=torch.bool)
+    padding[0, 9:] = True
+    allowed = ~padding[:, None, :].expand(2, 11, 11)
+    if causal:
+        allowed = allowed & torch.ones(11, 11, dtype=torch.bool).tril()
+    expected = naive_attention(q, k, v, allowed)
+    rows = ~padding[:, None, :, None]
+    for core in (attend, attend_reference):
+        got = core(q, k, v, causal=causal, key_padding_mask=padding)
+        torch.testing.assert_close(got * rows, expected * rows, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_relative_fast_path_equals_reference_path(causal):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 45, 8, generator=g) for _ in range(3))
+    table = RelativePositionEmbedding(4, 8, 10, causal)
+    torch.testing.assert_close(
+        attend(q, k, v, causal=causal, relative=table), attend_reference(q, k, v, causal=causal, relative=table),
+        atol=1e-5, rtol=0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("position", SCHEMES)
+def test_fast_stack_equals_reference_stack(position):
+    torch.manual_seed(0)
+    fast = Decoder(_config(position)).eval()
+    reference = Decoder(_config(position, attention_impl="reference")).eval()
+    reference.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 19, 32)
+    torch.testing.assert_close(fast(x), reference(x), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("position", SCHEMES)
+def test_changing_token_t_never_changes_earlier_outputs(position):
+    torch.manual_seed(0)
+    decoder = Decoder(_config(position)).eval()
+    x = torch.randn(1, 24, 32)
+    changed = x.clone()
+    changed[:, 15] += torch.randn(32)  # not a constant: LayerNorm would erase that
+    before, after = decoder(x), decoder(changed)
+    torch.testing.assert_close(before[:, :15], after[:, :15], atol=1e-6, rtol=0)
+    assert (before[:, 15:] - after[:, 15:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("position", SCHEMES)
+def test_cached_incremental_decoding_equals_full_forward(position):
+    torch.manual_seed(0)
+    decoder = Decoder(_config(position)).eval()
+    x = torch.randn(2, 30, 32)
+    full = decoder(x)
+    state = decoder.new_state()
+    pieces = [decoder(x[:, :9], state=state)]  # a prompt, then one token at a time
+    pieces += [decoder(x[:, t : t + 1], state=state) for t in range(9, 30)]
+    torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=0)
+    assert state.position == 30
+
+
+def test_cached_decoding_with_cross_attention_equals_full_forward():
+    torch.manual_seed(0)
+    decoder = Decoder(_config("relative", cross_attention=True, context_dim=16)).eval()
+    x, context = torch.randn(2, 12, 32), torch.randn(2, 7, 16)
+    full = decoder(x, context=context)
+    state = decoder.new_state()
+    steps = [decoder(x[:, t : t + 1], context=context, state=state) for t in range(12)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
+
+
+def test_encoder_padding_keys_do_not_change_real_outputs():
+    torch.manual_seed(0)
+    encoder = Encoder(_config("relative")).eval()
+    x = torch.randn(1, 10, 32)
+    padded = torch.cat([x, torch.randn(1, 4, 32)], 1)
+    mask = torch.zeros(1, 14, dtype=torch.bool)
+    mask[:, 10:] = True
+    torch.testing.assert_close(encoder(padded, key_padding_mask=mask)[:, :10], encoder(x), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("position", SCHEMES)
+def test_gradcheck_float64_tiny_stack(position):
+    torch.manual_seed(0)
+    config = _config(position, dim=8, num_heads=2, num_layers=1, ff_dim=8, max_seq_len=8, max_relative_distance=3)
+    decoder = Decoder(config).double()
+    x = torch.randn(1, 6, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: decoder(x), (x,))
+
+
+def test_learned_positions_beyond_max_seq_len_say_how_to_fix():
+    decoder = Decoder(_config("learned", max_seq_len=8))
+    with pytest.raises(ValueError, match="exceeds max_seq_len=8.*position='relative'"):
+        decoder(torch.randn(1, 9, 32))
+
+
+def test_wrong_width_and_bad_head_count_are_clear_errors():
+    with pytest.raises(ValueError, match="not divisible by num_heads"):
+        TransformerConfig(dim=30, num_heads=4)
+    with pytest.raises(ValueError, match=r"expected input \(batch, seq, dim=32\)"):
+        Encoder(_config("none"))(torch.randn(2, 5, 16))
+    with pytest.raises(ValueError, match="cross-attention"):
+        MultiHeadAttention(32, 4, causal=True, context_dim=16)
