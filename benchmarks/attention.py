@@ -1,0 +1,162 @@
+"""Relative attention speed and memory against SDPA, naive Shaw and the plain Music Transformer skew.
+
+Every (implementation, seq_len, mode) runs in a fresh process so peak memory is its own: the
+"extra memory" column is the process's peak RSS minus its RSS after the inputs were built.
+Times are the best of ``--repeats`` runs after one warm-up. Ratios are to SDPA in the same run.
+
+Modes:
+    train    forward + backward over the whole sequence
+    forward  forward only, no autograd (inference / scoring)
+    decode   one new query against ``seq_len`` cached keys (a step of cached generation)
+
+Usage::
+
+    python benchmarks/attention.py                       # the table of docs/benchmarks.md
+    python benchmarks/attention.py --lengths 256 512 --modes train
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+
+IMPLEMENTATIONS = ["sdpa", "naive_shaw", "plain_skew", "ours"]
+NAIVE_LIMIT_BYTES = 8 * 2**30  # naive Shaw materialises (heads, L, L, head_dim): skip when larger
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
+    parser.add_argument("--modes", nargs="+", default=["train", "forward", "decode"])
+    parser.add_argument("--implementations", nargs="+", default=IMPLEMENTATIONS)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(_measure(**json.loads(args.worker))))
+        return
+    for mode in args.modes:
+        rows = {}
+        for length in args.lengths:
+            for name in args.implementations:
+                rows[length, name] = _run_fresh(dict(name=name, length=length, mode=mode, repeats=args.repeats))
+        _print_table(mode, args.lengths, args.implementations, rows)
+
+
+def _run_fresh(job: dict) -> dict:
+    if job["name"] == "naive_shaw" and 8 * job["length"] ** 2 * 32 * 4 * 3 > NAIVE_LIMIT_BYTES:
+        return {"skipped": "needs > 8 GiB"}
+    if job["mode"] == "decode" and job["name"] in ("naive_shaw", "plain_skew"):
+        return {"skipped": "n/a"}
+    result = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True, text=True, check=False
+    )
+    if result.returncode:
+        return {"skipped": "failed: " + result.stderr.strip().splitlines()[-1][:60]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _measure(name: str, length: int, mode: str, repeats: int) -> dict:
+    import torch
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    heads, head_dim = 8, 32  # dim 256
+    grad = mode == "train"
+    q_len = 1 if mode == "decode" else length
+    q = torch.randn(1, heads, q_len, head_dim, requires_grad=grad)
+    k, v = (torch.randn(1, heads, length, head_dim, requires_grad=grad) for _ in range(2))
+    table = _table(heads, head_dim, length)
+    table.weight.requires_grad_(grad)
+    run = _implementation(name, table, query_offset=length - q_len)
+
+    def step():
+        if grad:
+            run(q, k, v).sum().backward()
+        else:
+            with torch.no_grad():
+                run(q, k, v)
+
+    baseline = _rss_peak_mb()
+    step()
+    extra = _rss_peak_mb() - baseline
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {"ms": 1000 * min(times), "extra_mb": max(extra, 0.0)}
+
+
+def _table(heads: int, head_dim: int, length: int):
+    from multimodal.layers.relative import RelativePositionEmbedding
+
+    return RelativePositionEmbedding(heads, head_dim, length - 1, causal=True)
+
+
+def _implementation(name: str, table, query_offset: int):
+    import torch
+    import torch.nn.functional as F
+
+    from multimodal.layers.attend import attend
+
+    def sdpa(q, k, v):
+        if q.shape[-2] == 1:
+            return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def ours(q, k, v):
+        return attend(q, k, v, causal=True, relative=table, query_offset=query_offset)
+
+    def naive_shaw(q, k, v):
+        length = q.shape[-2]
+        i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+        a = table.weight[:, table.index(j - i)]  # (h, L, L, d)
+        logits = (q @ k.transpose(-1, -2) + torch.einsum("bhid,hijd->bhij", q, a)) / math.sqrt(q.shape[-1])
+        return torch.softmax(logits.masked_fill(j > i, float("-inf")), -1) @ v
+
+    def plain_skew(q, k, v):
+        # Huang et al. 2018: Q E^T (L x L), pad a column, reshape, drop a row: the skew in L^2 memory.
+        length = q.shape[-2]
+        rel = q @ table.weight[:, -length:].transpose(-1, -2)  # distances -(L-1)..0
+        rel = F.pad(rel, (1, 0)).reshape(*rel.shape[:2], length + 1, length)[:, :, 1:]
+        logits = (q @ k.transpose(-1, -2) + rel) / math.sqrt(q.shape[-1])
+        mask = torch.ones(length, length, dtype=torch.bool).triu(1)
+        return torch.softmax(logits.masked_fill(mask, float("-inf")), -1) @ v
+
+    return {"sdpa": sdpa, "ours": ours, "naive_shaw": naive_shaw, "plain_skew": plain_skew}[name]
+
+
+def _rss_peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _print_table(mode: str, lengths, names, rows) -> None:
+    print(f"\n### mode: {mode} (causal, dim 256, 8 heads, head_dim 32, batch 1, float32, 2 threads)\n")
+    header = "| seq_len | " + " | ".join(f"{n} ms (×sdpa) | {n} extra MB (×sdpa)" for n in names) + " |"
+    print(header)
+    print("|" + "---|" * (1 + 2 * len(names)))
+    for length in lengths:
+        base = rows[length, "sdpa"] if "sdpa" in names else None
+        cells = []
+        for name in names:
+            row = rows[length, name]
+            if "skipped" in row:
+                cells += [row["skipped"], ""]
+                continue
+            time_ratio = f" ({row['ms'] / base['ms']:.2f}×)" if base and "ms" in base else ""
+            memory_ratio = (
+                f" ({row['extra_mb'] / base['extra_mb']:.1f}×)" if base and base.get("extra_mb", 0) > 1 else ""
+            )
+            cells += [f"{row['ms']:.1f}{time_ratio}", f"{row['extra_mb']:.0f}{memory_ratio}"]
+        print(f"| {length} | " + " | ".join(cells) + " |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Callbacks that let a user look at what a model makes while it trains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from multimodal.music import continue_music, primer_ids
+
+
+class MusicSampleCallback(pl.Callback):
+    """Every ``every_n_epochs`` validation epochs, continues a held-out piece into MIDI + piano roll.
+
+    Files go to ``<log_dir>/samples/epoch_<n>/sample_0.{mid,png}`` (no audio: it stays fast).
+
+    Args:
+        every_n_epochs: How often to sample.
+        primer_seconds: Length of the primer taken from the first validation piece.
+        max_new_tokens: Events to generate.
+        temperature: Sampling temperature.
+        top_k: Keep only the ``top_k`` most likely events (None: all).
+        seed: Sampling seed, so samples of different epochs compare like for like.
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        primer_seconds: float = 5.0,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.every_n_epochs, self.primer_seconds, self.max_new_tokens = every_n_epochs, primer_seconds, max_new_tokens
+        self.temperature, self.top_k, self.seed = temperature, top_k, seed
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, task: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero or (trainer.current_epoch + 1) % self.every_n_epochs:
+            return
+        datamodule = trainer.datamodule
+        held_out = datamodule.split("validation")
+        primer = primer_ids(held_out.notes[0], datamodule.tokenizer, self.primer_seconds)
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir) / "samples" / f"epoch_{trainer.current_epoch}"
+        continue_music(
+            task.model, datamodule.tokenizer, primer, out_dir, max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature, top_k=self.top_k, seed=self.seed, audio=False,
+        )  # fmt: skip
