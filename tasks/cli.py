@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def task_class_from_args(argv: Sequence[str]) -> type | None:
     """The task class named by ``--config`` files (``model.class_path``) or ``--model``, if any."""
     class_path = None
-    for index, arg in enumerate(argv):
+    for index in range(len(argv)):
         value = _option_value(argv, index, ("--config", "-c"))
         if value is not None and Path(value).is_file():
             section = (yaml.safe_load(Path(value).read_text()) or {}).get("model")

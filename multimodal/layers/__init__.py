@@ -10,8 +10,8 @@ from multimodal.layers.relative import RelativePositionEmbedding, relative_atten
 from multimodal.layers.stack import Decoder, Encoder, TransformerStack
 
 __all__ = [
-    "DecodingState",
     "Decoder",
+    "DecodingState",
     "Encoder",
     "FeedForward",
     "KVCache",

@@ -22,7 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from multimodal.layers.relative import RelativePositionEmbedding, relative_attention, relative_logits_reference
+from multimodal.layers.relative import (
+    RelativePositionEmbedding,
+    relative_attention,
+    relative_logits_reference,
+)
 
 
 def attend(

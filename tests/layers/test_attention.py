@@ -3,7 +3,14 @@
 import pytest
 import torch
 
-from multimodal.layers import Decoder, Encoder, MultiHeadAttention, TransformerConfig, attend, attend_reference
+from multimodal.layers import (
+    Decoder,
+    Encoder,
+    MultiHeadAttention,
+    TransformerConfig,
+    attend,
+    attend_reference,
+)
 from multimodal.layers.relative import RelativePositionEmbedding
 
 SCHEMES = ["none", "sinusoidal", "learned", "relative"]

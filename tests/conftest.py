@@ -1,0 +1,19 @@
+"""Shared test set-up: headless plotting, quiet Lightning, paths to the shipped configs."""
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+
+@pytest.fixture
+def configs() -> Path:
+    """The folder of shipped YAML configs."""
+    return CONFIGS

@@ -1,0 +1,85 @@
+"""The `multimodal` command: config parsing, unknown keys, fit, checkpoints, resume, generate."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pretty_midi
+import pytest
+import torch
+
+from tasks.checkpoint import load_task
+from tasks.cli import COMMANDS, MultimodalCLI, main, task_class_from_args
+from tasks.music_continuation import MusicContinuation
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+MUSIC = ["--config", str(CONFIGS / "music_continuation.yaml"), "--config", str(CONFIGS / "music_continuation_tiny.yaml")]
+RUN = Path("outputs/music_continuation")  # where the config writes, relative to the working folder
+
+
+@pytest.fixture
+def music_args(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # every output of the run lands in tmp_path
+    return MUSIC
+
+
+def test_config_names_the_task_and_its_links():
+    assert task_class_from_args(["fit", *MUSIC]) is MusicContinuation
+    assert MusicContinuation.data_links["vocab_size"] == "model.vocab_size"
+
+
+def test_parse_links_vocab_size_from_the_data(music_args):
+    cli = MultimodalCLI(music_args, data_links=MusicContinuation.data_links, run=False)
+    assert cli.model.config.vocab_size == cli.datamodule.tokenizer.vocab_size == 388 + 3
+    assert cli.model.config.dim == 32  # the tiny override won over the base config
+
+
+def test_unknown_config_key_is_rejected_with_its_name(music_args, capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", *music_args, "--data.init_args.sequence_length=64"])
+    assert "sequence_length" in capsys.readouterr().err
+
+
+def test_fit_checkpoint_reload_resume_and_generate(music_args, tmp_path):
+    main(["fit", *music_args])
+    last = tmp_path / RUN / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    assert list((tmp_path / RUN).glob("logs/version_0/samples/epoch_0/sample_0.mid")), "sample callback wrote no MIDI"
+
+    # Reload without unpickling; same weights give the same logits as the saved state dict.
+    task, tokenizer = load_task(last)
+    state = torch.load(last, weights_only=True)["state_dict"]
+    fresh = MusicContinuation(model=task.hparams["model"]).eval()
+    fresh.load_state_dict(state)
+    tokens = torch.randint(0, tokenizer.vocab_size, (2, 20))
+    torch.testing.assert_close(task(tokens), fresh(tokens))
+    assert tokenizer.vocab_size == task.config.vocab_size
+
+    # An interrupted run resumes from its last checkpoint: the step counter continues.
+    steps_before = torch.load(last, weights_only=True)["global_step"]
+    main(["fit", *music_args, "--trainer.max_epochs=2", "--ckpt_path=last"])
+    assert torch.load(last, weights_only=True)["global_step"] == 2 * steps_before
+
+    out = tmp_path / "generated"
+    main(["generate", "--checkpoint", str(last), "--out", str(out), "--max-new-tokens", "40", "--seed", "1",
+          "--num-samples", "2", "--primer-seconds", "3"])  # fmt: skip
+    for index in range(2):
+        midi = pretty_midi.PrettyMIDI(str(out / f"sample_{index}.mid"))
+        assert sum(len(instrument.notes) for instrument in midi.instruments) > 0
+        assert (out / f"sample_{index}.png").stat().st_size > 1000
+        assert (out / f"sample_{index}.wav").is_file()
+
+
+def test_overview_lists_the_tools(capsys):
+    main([])
+    shown = capsys.readouterr().out
+    assert "fit" in shown and "generate" in shown
+    assert "generate" in COMMANDS
+
+
+def test_console_script_prints_the_resolved_config():
+    result = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "fit", *MUSIC, "--print_config"], capture_output=True, text=True, check=True
+    )
+    assert "class_path: tasks.music_continuation.MusicContinuation" in result.stdout
+    assert "position: relative" in result.stdout
