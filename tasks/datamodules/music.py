@@ -1,8 +1,4 @@
-"""Lightning data modules: each wraps the plain torch data sets of ``multimodal.data``.
-
-Late-bound sizes (``vocab_size``, ``pad_id``) are properties available right after construction,
-so the CLI can link them into the task before anything is loaded.
-"""
+"""Music data module: MIDI performance-event windows for the music continuation task."""
 
 from __future__ import annotations
 

@@ -1,0 +1,10 @@
+"""Lightning data modules, one module per modality, re-exported flat.
+
+Each wraps the plain torch data sets of ``multimodal.data``. Late-bound sizes (``vocab_size``,
+``pad_id``, ``num_classes``) are properties available right after construction, so the CLI can
+link them into the task before anything is loaded.
+"""
+
+from tasks.datamodules.music import MusicDataModule
+
+__all__ = ["MusicDataModule"]
