@@ -231,11 +231,18 @@ def _block_bias(q_scaled, table, key_padding_mask, block: _Block, settings: _Set
 def _band(q_block: Tensor, table: Tensor, block: _Block, settings: _Settings) -> tuple[Tensor, Tensor]:
     """Relative logits ``(b, h, q, w)`` of every distance the block needs, and their table rows ``(w,)``."""
     # Distances from (first key - last query) to (last key - first query).
-    lowest = -(block.position + block.size - 1)
-    distances = torch.arange(lowest, block.num_keys - block.position, device=q_block.device)
+    lowest, highest = -(block.position + block.size - 1), block.num_keys - 1 - block.position
     upper = 0 if settings.causal else settings.max_distance
-    band_rows = distances.clamp(-settings.max_distance, upper) + settings.max_distance
-    return q_block @ table[:, band_rows].transpose(-1, -2), band_rows
+    if -settings.max_distance <= lowest and highest <= upper:
+        # No distance is clipped: the rows are a contiguous range, a view instead of a gather.
+        start = lowest + settings.max_distance
+        band_rows = torch.arange(start, start + highest - lowest + 1, device=q_block.device)
+        embeddings = table[:, start : start + highest - lowest + 1]
+    else:
+        distances = torch.arange(lowest, highest + 1, device=q_block.device)
+        band_rows = distances.clamp(-settings.max_distance, upper) + settings.max_distance
+        embeddings = table[:, band_rows]
+    return q_block @ embeddings.transpose(-1, -2), band_rows
 
 
 def _mask_(logits: Tensor, key_padding_mask: Tensor | None, block: _Block, settings: _Settings) -> None:
