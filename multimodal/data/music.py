@@ -1,0 +1,406 @@
+"""Music data: the Bach chorales of music21 or a folder of MIDI files, as torch data sets.
+
+A corpus is loaded once as note arrays (:class:`MidiCorpus`): one float array
+``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` per piece, read by
+:func:`~multimodal.tokenizers.midi.notes_from_midi`. The data sets augment those arrays and
+encode them on the fly with :meth:`MidiTokenizer.encode_notes` (about 0.25 ms a chorale).
+
+Train / validation split — by piece, never by window: a piece goes to validation when the
+first 8 bytes of the SHA-1 of its name, read as a big-endian integer, modulo 100 are below
+``validation_percent`` (default 10). The name of a chorale is its music21 file name
+(``"bwv269"``); the name of a file in a user folder is its path relative to the folder
+(``"op10/etude1.mid"``). The split of a piece never changes when pieces are added or removed.
+
+Bach chorales: music21's ``chorales.Iterator()`` yields 371 entries (Riemenschneider numbers)
+but only 350 distinct files: 21 chorales are listed twice. They are kept once, so no chorale can
+be in both splits; bwv277 fails to convert (music21 cannot expand its repeats) and is skipped
+with a warning, leaving 349 pieces. They are converted to MIDI once, in parallel, under
+``$MULTIMODAL_CACHE/bach_chorales/`` (default ``~/.cache/multimodal/bach_chorales/``)::
+
+    names.json      sorted distinct chorale names (listing them needs music21, ~1 s import)
+    midi/*.mid      one file per chorale, written to a temporary name then renamed
+    failed.json     chorales music21 cannot convert, with the error (not retried)
+    notes_v1.npz    the note arrays of every converted chorale (a load reads only this)
+
+An interrupted conversion resumes where it stopped. Delete the folder to rebuild it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from multimodal.tokenizers.midi import MidiTokenizer, notes_from_midi
+
+MIDI_SUFFIXES = (".mid", ".midi")
+NOTES_CACHE = "notes_v1.npz"  # bump the version when notes_from_midi changes
+
+
+@dataclass
+class MidiCorpus:
+    """Pieces of music as note arrays.
+
+    Attributes:
+        names: One name per piece (see the module docstring), sorted.
+        notes: One float64 array ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` per piece.
+        skipped: Files or chorales that could not be read, each with the reason.
+    """
+
+    names: list[str]
+    notes: list[np.ndarray]
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def num_skipped(self) -> int:
+        """Number of files or chorales that were skipped."""
+        return len(self.skipped)
+
+    def split(self, split: str, validation_percent: int = 10) -> MidiCorpus:
+        """The pieces of one split: ``"train"``, ``"validation"`` or ``"all"`` (see module docstring)."""
+        if split == "all":
+            return self
+        if split not in ("train", "validation"):
+            raise ValueError(f"split must be 'train', 'validation' or 'all', got {split!r}")
+        keep = [
+            is_validation_piece(name, validation_percent) == (split == "validation") for name in self.names
+        ]
+        return MidiCorpus(
+            [name for name, k in zip(self.names, keep, strict=True) if k],
+            [notes for notes, k in zip(self.notes, keep, strict=True) if k],
+            self.skipped,
+        )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def is_validation_piece(name: str, validation_percent: int = 10) -> bool:
+    """Whether a piece belongs to the validation split (a fixed hash of its name)."""
+    digest = hashlib.sha1(name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % 100 < validation_percent
+
+
+# ---------------------------------------------------------------------------- corpora
+def cache_root() -> Path:
+    """Root of the cache: ``$MULTIMODAL_CACHE`` if set, else ``~/.cache/multimodal``."""
+    return Path(os.environ.get("MULTIMODAL_CACHE") or Path.home() / ".cache" / "multimodal")
+
+
+def load_bach_chorales(
+    limit: int | None = None, cache_dir: str | Path | None = None, num_workers: int | None = None
+) -> MidiCorpus:
+    """The Bach chorales bundled with music21, converted to MIDI and cached on first use.
+
+    Args:
+        limit: Use only the first ``limit`` chorales by sorted name (fast tests); ``None``: all 350.
+        cache_dir: Folder of the cache; default ``cache_root() / "bach_chorales"``.
+        num_workers: Processes converting chorales the first time; default one per CPU core.
+
+    Returns:
+        The chorales that converted, sorted by name; ``skipped`` names the ones that did not.
+    """
+    cache = Path(cache_dir) if cache_dir is not None else cache_root() / "bach_chorales"
+    (cache / "midi").mkdir(parents=True, exist_ok=True)
+    wanted = _chorale_names(cache)[:limit]
+    failed_path = cache / "failed.json"
+    failed = json.loads(failed_path.read_text()) if failed_path.exists() else {}
+    cached = _read_notes_cache(cache / NOTES_CACHE)
+
+    missing = [name for name in wanted if name not in cached and name not in failed]
+    if missing:
+        failed.update(_convert_chorales(missing, cache / "midi", num_workers))
+        _atomic_write_text(failed_path, json.dumps(failed, indent=2, sort_keys=True))
+        for name in missing:
+            if name not in failed:
+                cached[name] = notes_from_midi(cache / "midi" / f"{name}.mid")
+        _write_notes_cache(cache / NOTES_CACHE, cached)
+
+    skipped = [f"{name}: {failed[name]}" for name in wanted if name in failed]
+    for reason in skipped:
+        warnings.warn(f"skipping Bach chorale {reason}", stacklevel=2)
+    names = [name for name in wanted if name in cached]
+    return MidiCorpus(names, [cached[name] for name in names], skipped)
+
+
+def load_midi_folder(folder: str | Path, include_drums: bool = False) -> MidiCorpus:
+    """Every ``.mid`` / ``.midi`` file under a folder (searched recursively).
+
+    Files that cannot be parsed or hold no note are skipped with a warning naming each one and
+    counted in ``num_skipped``.
+
+    Raises:
+        FileNotFoundError: The folder does not exist or holds no usable MIDI file.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"MIDI folder {folder} does not exist or is not a folder")
+    paths = sorted(p for p in folder.rglob("*") if p.suffix.lower() in MIDI_SUFFIXES and p.is_file())
+    names, notes, skipped = [], [], []
+    for path in paths:
+        try:
+            piece = notes_from_midi(path, include_drums=include_drums)
+        except Exception as error:  # mido/pretty_midi raise many kinds on corrupt files
+            reason = f"cannot be read ({type(error).__name__}: {error})"
+        else:
+            if len(piece):
+                names.append(path.relative_to(folder).as_posix())
+                notes.append(piece)
+                continue
+            reason = "holds no note" + ("" if include_drums else " outside drum tracks")
+        skipped.append(f"{path}: {reason}")
+        warnings.warn(f"skipping MIDI file {path}: {reason}", stacklevel=2)
+    if not names:
+        raise FileNotFoundError(
+            f"no usable MIDI file under {folder.resolve()} (searched recursively for "
+            f"{', '.join('*' + s for s in MIDI_SUFFIXES)}, any case): found {len(paths)} file(s), "
+            f"{len(skipped)} skipped"
+        )
+    return MidiCorpus(names, notes, skipped)
+
+
+# ---------------------------------------------------------------------------- augmentation
+@dataclass(frozen=True)
+class MidiAugmentation:
+    """Random pitch transposition and time stretch of a whole piece (Music Transformer recipe).
+
+    Attributes:
+        max_transpose: Shift every pitch by the same whole number of semitones in
+            ``[-max_transpose, max_transpose]``, drawn among the shifts that keep every note in 0..127.
+        stretch_range: Multiply every time by one factor drawn uniformly from this range.
+    """
+
+    max_transpose: int = 3
+    stretch_range: tuple[float, float] = (0.95, 1.05)
+
+    def __call__(self, notes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Returns an augmented copy of ``notes`` ``(num_notes, 4)``."""
+        if len(notes) == 0:
+            return notes.copy()
+        low, high = notes[:, 0].min(), notes[:, 0].max()
+        shifts = [
+            s for s in range(-self.max_transpose, self.max_transpose + 1) if low + s >= 0 and high + s <= 127
+        ]
+        return stretch_notes(
+            transpose_notes(notes, int(rng.choice(shifts))), rng.uniform(*self.stretch_range)
+        )
+
+
+DEFAULT_AUGMENTATION = MidiAugmentation()
+
+
+def transpose_notes(notes: np.ndarray, semitones: int) -> np.ndarray:
+    """Copy of ``notes`` ``(num_notes, 4)`` with every pitch moved by ``semitones``."""
+    result = notes.copy()
+    result[:, 0] += semitones
+    return result
+
+
+def stretch_notes(notes: np.ndarray, factor: float) -> np.ndarray:
+    """Copy of ``notes`` ``(num_notes, 4)`` with start and end times multiplied by ``factor``."""
+    result = notes.copy()
+    result[:, 1:3] *= factor
+    return result
+
+
+# ---------------------------------------------------------------------------- data sets
+class MidiWindowDataset(Dataset):
+    """Training windows: each item is ``seq_len + 1`` ids from a random place of a random piece.
+
+    A piece is drawn with probability proportional to its number of notes (so every part of
+    the corpus is seen equally often), augmented, encoded as ``[BOS] + events + [EOS]``, and a
+    window starting at a uniformly random position is cut from it; a piece shorter than the
+    window is padded on the right with ``pad_id``. The model side uses ``ids[:-1]`` as input and
+    ``ids[1:]`` as target. Randomness comes from torch's generator, so ``torch.manual_seed``
+    makes it reproducible and every DataLoader worker draws differently.
+
+    Args:
+        corpus: The (training) pieces.
+        tokenizer: Encodes the augmented notes.
+        seq_len: Number of model positions; items have ``seq_len + 1`` ids.
+        epoch_length: Number of items in one epoch.
+        augmentation: Applied to each drawn piece: by default a transposition within ±3
+            semitones and a time stretch by 0.95–1.05 (:class:`MidiAugmentation`); ``None`` for none.
+    """
+
+    def __init__(
+        self,
+        corpus: MidiCorpus,
+        tokenizer: MidiTokenizer,
+        seq_len: int,
+        epoch_length: int = 10_000,
+        augmentation: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = DEFAULT_AUGMENTATION,
+    ) -> None:
+        if len(corpus) == 0:
+            raise ValueError("the corpus holds no piece; check the split and the limit")
+        self.corpus, self.tokenizer, self.seq_len = corpus, tokenizer, seq_len
+        self.epoch_length, self.augmentation = epoch_length, augmentation
+        sizes = np.array([max(len(notes), 1) for notes in corpus.notes], dtype=np.float64)
+        self.piece_weights = torch.from_numpy(sizes / sizes.sum())
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size."""
+        return self.tokenizer.vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        """Id used for right padding."""
+        return self.tokenizer.pad_id
+
+    def __len__(self) -> int:
+        return self.epoch_length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        """Returns int64 ids ``(seq_len + 1,)``; ``index`` only counts the epoch."""
+        if not 0 <= index < self.epoch_length:
+            raise IndexError(f"index {index} outside the epoch of {self.epoch_length} windows")
+        seed = int(torch.randint(0, 2**62, ()).item())
+        rng = np.random.default_rng(seed)
+        piece = int(torch.multinomial(self.piece_weights, 1).item())
+        notes = self.corpus.notes[piece]
+        if self.augmentation is not None:
+            notes = self.augmentation(notes, rng)
+        ids = _piece_ids(self.tokenizer, notes)
+        start = int(rng.integers(0, max(len(ids) - self.seq_len - 1, 0) + 1))
+        return _pad(ids[start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
+
+
+class MidiPieceWindows(Dataset):
+    """Validation windows that cover every token of every piece exactly once, in a fixed order.
+
+    Each piece is encoded (no augmentation) as ``[BOS] + events + [EOS]`` = ``t_0 … t_{L-1}``.
+    Window ``k`` is ``t[k*seq_len : k*seq_len + seq_len + 1]``, right-padded with ``pad_id``:
+    consecutive windows share one id, so the targets ``ids[1:]`` of all windows are
+    ``t_1 … t_{L-1}``, each exactly once (BOS is never a target). A loss with
+    ``ignore_index=pad_id``, summed over windows and divided by the number of non-pad targets, is
+    the NLL per token of the whole validation set, comparable between runs with the same
+    tokenizer and ``seq_len``. Tokens at the start of a window see no earlier context.
+
+    Args:
+        corpus: The (validation) pieces.
+        tokenizer: Encodes the notes.
+        seq_len: Number of model positions; items have ``seq_len + 1`` ids.
+    """
+
+    def __init__(self, corpus: MidiCorpus, tokenizer: MidiTokenizer, seq_len: int) -> None:
+        if len(corpus) == 0:
+            raise ValueError("the corpus holds no piece; check the split and the limit")
+        self.tokenizer, self.seq_len = tokenizer, seq_len
+        self.pieces = [_piece_ids(tokenizer, notes) for notes in corpus.notes]
+        self.windows = [
+            (piece, start)
+            for piece, ids in enumerate(self.pieces)
+            for start in range(0, len(ids) - 1, seq_len)
+        ]
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size."""
+        return self.tokenizer.vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        """Id used for right padding."""
+        return self.tokenizer.pad_id
+
+    @property
+    def num_targets(self) -> int:
+        """Number of non-pad targets over all windows (tokens of all pieces minus one BOS each)."""
+        return sum(len(ids) - 1 for ids in self.pieces)
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        """Returns int64 ids ``(seq_len + 1,)`` of window ``index``."""
+        piece, start = self.windows[index]
+        return _pad(self.pieces[piece][start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
+
+
+def _piece_ids(tokenizer: MidiTokenizer, notes: np.ndarray) -> torch.Tensor:
+    """``[BOS] + events + [EOS]`` of one piece as int64 ``(length,)``."""
+    events = torch.from_numpy(tokenizer.encode_notes_array(notes))
+    return torch.cat([torch.tensor([tokenizer.bos_id]), events, torch.tensor([tokenizer.eos_id])])
+
+
+def _pad(ids: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:
+    """Right-pads a 1-D tensor to ``length``."""
+    return torch.nn.functional.pad(ids, (0, length - len(ids)), value=pad_id)
+
+
+# ---------------------------------------------------------------------------- chorale cache
+def _chorale_names(cache: Path) -> list[str]:
+    """Sorted distinct chorale names, listed by music21 once and kept in ``names.json``."""
+    path = cache / "names.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from music21 import corpus
+
+    names = sorted({Path(name).name for name in corpus.chorales.Iterator(returnType="filename")})
+    _atomic_write_text(path, json.dumps(names, indent=0))
+    return names
+
+
+def _convert_chorales(names: list[str], folder: Path, num_workers: int | None) -> dict[str, str]:
+    """Writes ``folder/<name>.mid`` for each name not yet there; returns ``{name: error}`` of failures."""
+    todo = [name for name in names if not (folder / f"{name}.mid").exists()]
+    num_workers = min(num_workers or os.cpu_count() or 1, len(todo))
+    if num_workers <= 1 or len(todo) < 4:
+        results = [_convert_chorale(name, folder) for name in todo]
+    else:
+        with ProcessPoolExecutor(num_workers, mp_context=get_context("fork")) as pool:
+            results = list(pool.map(_convert_chorale, todo, [folder] * len(todo), chunksize=4))
+    return {name: error for name, error in zip(todo, results, strict=True) if error is not None}
+
+
+def _convert_chorale(name: str, folder: Path) -> str | None:
+    """Converts one chorale with music21 (temporary file, then rename); returns the error or ``None``."""
+    from music21 import corpus
+
+    with tempfile.NamedTemporaryFile(dir=folder, suffix=".mid.tmp", delete=False) as handle:
+        temporary = Path(handle.name)
+    try:
+        corpus.parse(f"bach/{name}").write("midi", fp=temporary)
+        temporary.replace(folder / f"{name}.mid")
+    except Exception as error:  # music21 raises its own exception classes
+        temporary.unlink(missing_ok=True)
+        return f"music21 could not convert it ({type(error).__name__}: {error})"
+    return None
+
+
+def _read_notes_cache(path: Path) -> dict[str, np.ndarray]:
+    """``{name: notes}`` from the npz cache, or ``{}``."""
+    if not path.exists():
+        return {}
+    with np.load(path) as data:
+        names, offsets, notes = data["names"].tolist(), data["offsets"], data["notes"]
+    return {name: notes[offsets[i] : offsets[i + 1]] for i, name in enumerate(names)}
+
+
+def _write_notes_cache(path: Path, pieces: dict[str, np.ndarray]) -> None:
+    """Writes all note arrays into one npz (concatenated, with offsets), atomically."""
+    names = sorted(pieces)
+    sizes = [len(pieces[name]) for name in names]
+    notes = np.concatenate([pieces[name] for name in names]) if names else np.empty((0, 4))
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz.tmp", delete=False) as handle:
+        np.savez(handle, names=np.array(names), offsets=np.r_[0, np.cumsum(sizes)], notes=notes)
+    Path(handle.name).replace(path)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Writes a text file through a temporary file and a rename."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+        handle.write(text)
+    Path(handle.name).replace(path)
