@@ -32,7 +32,7 @@ demo: install
 	$(BIN)/multimodal validate --config configs/music_continuation.yaml --config configs/music_demo.yaml \
 		--ckpt_path outputs/demo/checkpoints/best.ckpt
 	$(BIN)/multimodal generate --checkpoint outputs/demo/checkpoints/best.ckpt --out outputs/demo \
-		--primer-seconds 6 --max-new-tokens 768 --top-p 0.95 --seed 0
+		--primer-seconds 6 --max-new-tokens 512 --top-p 0.95 --seed 0
 
 clean:
 	rm -rf $(VENV) outputs lightning_logs .pytest_cache .ruff_cache

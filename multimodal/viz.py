@@ -6,6 +6,9 @@ DataLoader workers and threads. Plots for other modalities (image grids, attenti
 meant to follow the same two helpers.
 
 Music: :func:`piano_roll_png` draws notes as bars, time (seconds) across, pitch up.
+
+Images: :func:`image_grid_png` and :func:`side_by_side_png` write pixels directly with PIL (every
+image pixel becomes an exact ``pixel_scale × pixel_scale`` square; small files), no matplotlib.
 """
 
 from __future__ import annotations
@@ -100,3 +103,97 @@ def _as_notes(item: pretty_midi.PrettyMIDI | np.ndarray | str | Path) -> np.ndar
         item = pretty_midi.PrettyMIDI(str(item))
     rows = [(n.pitch, n.start, n.end, n.velocity) for i in item.instruments if not i.is_drum for n in i.notes]
     return np.array(rows, dtype=np.float64).reshape(-1, 4)
+
+
+# --------------------------------------------------------------------------------------------------
+# Images
+# --------------------------------------------------------------------------------------------------
+
+
+def image_grid(images, nrow: int | None = None, padding: int = 2, pixel_scale: int = 1) -> np.ndarray:
+    """Tiles images into one RGB array ``(height, width, 3)`` uint8 on a white background.
+
+    Args:
+        images: ``(n, channels, h, w)`` tensor or array, uint8 or float in ``[0, 1]``; 1 or 3 channels.
+        nrow: Images per row; default ``ceil(sqrt(n))``.
+        padding: White pixels between images (after scaling).
+        pixel_scale: Each pixel becomes a square this many pixels wide (nearest neighbour).
+    """
+    array = _as_uint8_images(images)  # (n, h, w, 3)
+    count, height, width = array.shape[:3]
+    if count == 0:
+        raise ValueError("image_grid needs at least one image")
+    array = array.repeat(pixel_scale, axis=1).repeat(pixel_scale, axis=2)
+    height, width = height * pixel_scale, width * pixel_scale
+    nrow = nrow or int(np.ceil(np.sqrt(count)))
+    rows = -(-count // nrow)
+    grid = np.full((rows * (height + padding) + padding, nrow * (width + padding) + padding, 3), 255, np.uint8)
+    for index in range(count):
+        top = padding + (index // nrow) * (height + padding)
+        left = padding + (index % nrow) * (width + padding)
+        grid[top : top + height, left : left + width] = array[index]
+    return grid
+
+
+def image_grid_png(
+    images, path: str | Path, nrow: int | None = None, padding: int = 2, pixel_scale: int | None = None
+) -> Path:
+    """Writes :func:`image_grid` as a PNG (creating folders); returns the path.
+
+    Args:
+        images: ``(n, channels, h, w)``, uint8 or float in ``[0, 1]``.
+        path: PNG file to write.
+        nrow: Images per row; default ``ceil(sqrt(n))``.
+        padding: White pixels between images.
+        pixel_scale: Nearest-neighbour enlargement; default makes each image at least 64 pixels wide.
+    """
+    from PIL import Image
+
+    height, width = np.shape(images)[-2:]
+    pixel_scale = pixel_scale or max(1, -(-64 // max(height, width)))
+    return _save_png(Image.fromarray(image_grid(images, nrow, padding, pixel_scale)), path)
+
+
+def side_by_side_png(panels, path: str | Path, pixel_scale: int = 1, padding: int = 4) -> Path:
+    """Writes images next to each other with a title above each (e.g. bicubic | ours | original).
+
+    Args:
+        panels: ``(title, image)`` pairs; each image ``(channels, h, w)``, uint8 or float in ``[0, 1]``.
+            Images of different heights are top-aligned.
+        path: PNG file to write.
+        pixel_scale: Nearest-neighbour enlargement of every panel.
+        padding: White pixels around and between panels.
+    """
+    from PIL import Image, ImageDraw
+
+    pictures = [_as_uint8_images(np.asarray(image)[None])[0] for _, image in panels]
+    pictures = [p.repeat(pixel_scale, axis=0).repeat(pixel_scale, axis=1) for p in pictures]
+    title_height = 16
+    height = max(p.shape[0] for p in pictures) + title_height + 2 * padding
+    width = sum(p.shape[1] for p in pictures) + padding * (len(pictures) + 1)
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    left = padding
+    for (title, _), picture in zip(panels, pictures, strict=True):
+        draw.text((left, padding), str(title), fill="black")
+        canvas.paste(Image.fromarray(picture), (left, padding + title_height))
+        left += picture.shape[1] + padding
+    return _save_png(canvas, path)
+
+
+def _as_uint8_images(images) -> np.ndarray:
+    """``(n, c, h, w)`` uint8 or float ``[0, 1]`` (tensor or array) → uint8 ``(n, h, w, 3)``."""
+    array = images.detach().cpu().numpy() if hasattr(images, "detach") else np.asarray(images)
+    if array.ndim != 4 or array.shape[1] not in (1, 3):
+        raise ValueError(f"expected images (n, 1 or 3 channels, h, w), got shape {array.shape}")
+    if array.dtype != np.uint8:
+        array = (np.clip(array.astype(np.float64), 0, 1) * 255).round().astype(np.uint8)
+    array = array.transpose(0, 2, 3, 1)
+    return np.repeat(array, 3, axis=-1) if array.shape[-1] == 1 else array
+
+
+def _save_png(image, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path, format="PNG", optimize=True)
+    return path

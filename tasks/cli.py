@@ -18,13 +18,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 import yaml
 from pytorch_lightning.cli import LightningCLI
 
 COMMANDS: dict[str, tuple[str, Callable[[list[str]], None]]] = {}
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 # Modules whose import registers subcommands and makes their task classes known by short name.
-TASK_MODULES = ("tasks.music_continuation", "tasks.commands")
+TASK_MODULES = ("tasks.music_continuation", "tasks.language_modeling", "tasks.classification", "tasks.image_generation", "tasks.super_resolution", "tasks.commands", "tasks.data_command", "tasks.convert_command")
 
 
 def command(name: str, help: str) -> Callable[[Callable[[list[str]], None]], Callable[[list[str]], None]]:
@@ -62,6 +63,23 @@ class MultimodalCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         for source, target in self.data_links.items():
             parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
+
+    def _parse_ckpt_path(self) -> None:
+        """Merges a ``--ckpt_path`` checkpoint's hyper-parameters into the config, as Lightning does.
+
+        Lightning expects them under a ``_class_path`` key that only its own ``save_hyperparameters``
+        writes; our tasks save plain init arguments and name their class in the ``"multimodal"`` entry.
+        """
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+            entry, hparams = checkpoint.get("multimodal"), checkpoint.get("hyper_parameters")
+            if entry is not None and hparams:
+                model = {"class_path": entry["task"], "init_args": hparams}
+                self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
+                return
+        super()._parse_ckpt_path()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,23 @@
+"""Pretrained weights in and out of our blocks.
+
+* :mod:`multimodal.convert.gpt2`: a Hugging Face GPT-2 folder -> ``CausalLM`` + tokenizer;
+* :mod:`multimodal.convert.timm_vit`: a timm ``vit_*`` state dict -> ``ViT``;
+* :mod:`multimodal.convert.blocks`: our export format (``blocks.safetensors`` + ``config.json``)
+  and loading it by part (``blocks``, ``embeddings``, ``head``) into any single-stack model.
+
+Only ``torch`` and ``safetensors`` are needed; ``transformers`` and ``timm`` are test references.
+"""
+
+from multimodal.convert.blocks import export_blocks, load_blocks, read_export
+from multimodal.convert.gpt2 import convert_gpt2, load_gpt2
+from multimodal.convert.timm_vit import convert_timm_vit, load_timm_vit
+
+__all__ = [
+    "convert_gpt2",
+    "convert_timm_vit",
+    "export_blocks",
+    "load_blocks",
+    "load_gpt2",
+    "load_timm_vit",
+    "read_export",
+]

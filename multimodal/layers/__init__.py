@@ -5,8 +5,10 @@ from multimodal.layers.attention import MultiHeadAttention
 from multimodal.layers.block import FeedForward, TransformerBlock
 from multimodal.layers.cache import DecodingState, KVCache
 from multimodal.layers.config import TransformerConfig
+from multimodal.layers.local import LocalAttention, set_grid_width
 from multimodal.layers.position import LearnedPositions, SinusoidalPositions
 from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
+from multimodal.layers.relative2d import RelativePosition2D
 from multimodal.layers.stack import Decoder, Encoder, TransformerStack
 
 __all__ = [
@@ -16,7 +18,9 @@ __all__ = [
     "FeedForward",
     "KVCache",
     "LearnedPositions",
+    "LocalAttention",
     "MultiHeadAttention",
+    "RelativePosition2D",
     "RelativePositionEmbedding",
     "SinusoidalPositions",
     "TransformerBlock",
@@ -25,4 +29,5 @@ __all__ = [
     "attend",
     "attend_reference",
     "relative_attention",
+    "set_grid_width",
 ]

@@ -3,8 +3,9 @@
 Two paths compute the same thing:
 
 * :func:`attend` — the fast path used by the model: ``scaled_dot_product_attention`` when no
-  position term enters the logits, the skewed query-blocked kernel of
-  :mod:`multimodal.layers.relative` when relative positions do;
+  position term enters the logits or when it comes as a ready ``bias`` (2D relative positions,
+  :mod:`multimodal.layers.relative2d`), the skewed query-blocked kernel of
+  :mod:`multimodal.layers.relative` when 1D relative positions do;
 * :func:`attend_reference` — plain PyTorch that materialises every logit. Slow and quadratic in
   memory, but obviously correct: the tests hold the fast path to it.
 
@@ -38,6 +39,7 @@ def attend(
     query_offset: int = 0,
     key_padding_mask: Tensor | None = None,
     relative: RelativePositionEmbedding | None = None,
+    bias: Tensor | None = None,
     dropout_p: float = 0.0,
 ) -> Tensor:
     """Fast attention; returns ``(batch, heads, q_len, head_dim)``.
@@ -50,16 +52,26 @@ def attend(
         query_offset: Absolute position of the first query (cached decoding).
         key_padding_mask: ``(batch, k_len)`` bool, True for keys to ignore.
         relative: Relative distance table; None for attention without a position term.
+        bias: Float logits bias broadcastable to ``(batch, heads, q_len, k_len)``, added after the
+            ``1 / sqrt(head_dim)`` scaling (e.g. :class:`~multimodal.layers.RelativePosition2D`).
         dropout_p: Dropout on attention probabilities (0.0 in eval mode).
     """
+    if relative is not None and bias is not None:
+        raise ValueError("pass either a 1D `relative` table or a logits `bias`, not both")
     if relative is not None:
         return relative_attention(
             q, k, v, relative, causal=causal, query_offset=query_offset,
             key_padding_mask=key_padding_mask, dropout_p=dropout_p,
         )  # fmt: skip
     q_len, k_len = q.shape[-2], k.shape[-2]
-    simple_causal = causal and q_len == k_len and key_padding_mask is None
-    mask = None if simple_causal else _allowed(q_len, k_len, causal, query_offset, key_padding_mask, q.device)
+    simple_causal = causal and q_len == k_len and key_padding_mask is None and bias is None
+    # A cached decoding step: one query at the newest position sees every key, so no mask is needed.
+    newest_query = q_len == 1 and query_offset == k_len - 1 and key_padding_mask is None
+    mask = None
+    if not (simple_causal or newest_query):
+        mask = _allowed(q_len, k_len, causal, query_offset, key_padding_mask, q.device)
+    if bias is not None:
+        mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal)
 
 
@@ -72,6 +84,7 @@ def attend_reference(
     query_offset: int = 0,
     key_padding_mask: Tensor | None = None,
     relative: RelativePositionEmbedding | None = None,
+    bias: Tensor | None = None,
     dropout_p: float = 0.0,
 ) -> Tensor:
     """Plain-PyTorch attention with every logit materialised; same arguments as :func:`attend`."""
@@ -79,6 +92,8 @@ def attend_reference(
     if relative is not None:
         logits = logits + relative_logits_reference(q, relative, k.shape[-2], query_offset)
     logits = logits / math.sqrt(q.shape[-1])
+    if bias is not None:
+        logits = logits + bias
     allowed = _allowed(q.shape[-2], k.shape[-2], causal, query_offset, key_padding_mask, q.device)
     if allowed is not None:
         logits = logits.masked_fill(~allowed, torch.finfo(logits.dtype).min)

@@ -1,17 +1,18 @@
 """Multi-head attention: projections, head split/merge, KV cache; the core lives in ``attend.py``.
 
-Einops legend: ``b`` batch, ``l`` sequence, ``h`` heads, ``d`` head_dim, ``three`` the q/k/v
-(or ``two`` the k/v) stacked by one fused projection.
+Shape legend (einops notation): ``b`` batch, ``l`` sequence, ``h`` heads, ``d`` head_dim,
+``three`` the q/k/v (or ``two`` the k/v) stacked by one fused projection.
 """
 
 from __future__ import annotations
 
-from einops import rearrange
 from torch import Tensor, nn
 
 from multimodal.layers.attend import attend, attend_reference
 from multimodal.layers.cache import KVCache
+from multimodal.layers.local import LocalAttention
 from multimodal.layers.relative import RelativePositionEmbedding
+from multimodal.layers.relative2d import RelativePosition2D
 
 
 class MultiHeadAttention(nn.Module):
@@ -28,9 +29,14 @@ class MultiHeadAttention(nn.Module):
         context_dim: Width of the context for cross-attention; None for self-attention.
         relative_max_distance: If set, adds learned relative position embeddings clipped at this
             distance (self-attention only).
+        relative_2d_grid: If set, ``(rows, cols)`` of a token grid: adds learned 2D relative
+            positions (:class:`~multimodal.layers.RelativePosition2D`; self-attention only, no
+            KV cache). Exclusive with ``relative_max_distance``.
         dropout: Dropout on the attention probabilities.
         bias: Bias in the projections.
         impl: ``"fast"`` or ``"reference"`` core (see :mod:`multimodal.layers.attend`).
+        local: A local attention pattern (:mod:`multimodal.layers.local`) that replaces the core;
+            it carries its own relative positions (self-attention only).
     """
 
     def __init__(
@@ -41,16 +47,22 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         context_dim: int | None = None,
         relative_max_distance: int | None = None,
+        relative_2d_grid: tuple[int, int] | None = None,
         dropout: float = 0.0,
         bias: bool = True,
         impl: str = "fast",
+        local: LocalAttention | None = None,
     ) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
         self.is_cross = context_dim is not None
-        if self.is_cross and (causal or relative_max_distance is not None):
+        if self.is_cross and (causal or relative_max_distance is not None or relative_2d_grid is not None):
             raise ValueError("cross-attention takes neither a causal mask nor relative positions")
+        if relative_max_distance is not None and relative_2d_grid is not None:
+            raise ValueError("choose 1D (relative_max_distance) or 2D (relative_2d_grid) relative positions")
+        if local is not None and (self.is_cross or relative_max_distance is not None or relative_2d_grid is not None):
+            raise ValueError("local attention is for self-attention and brings its own relative positions")
         self.num_heads = num_heads
         self.causal = causal
         self.dropout = dropout
@@ -66,6 +78,13 @@ class MultiHeadAttention(nn.Module):
             if relative_max_distance is not None
             else None
         )
+        self.relative_2d = (
+            RelativePosition2D(num_heads, dim // num_heads, relative_2d_grid)
+            if relative_2d_grid is not None
+            else None
+        )
+        self.local = local
+        self.use_reference = impl == "reference"
 
     def forward(
         self,
@@ -90,26 +109,50 @@ class MultiHeadAttention(nn.Module):
         if self.is_cross:
             if context is None:
                 raise ValueError("cross-attention needs `context` (the encoder output)")
-            q = rearrange(self.to_q(x), "b l (h d) -> b h l d", h=self.num_heads)
+            (q,) = _split_heads(self.to_q(x), 1, self.num_heads)
             k, v = context if isinstance(context, tuple) else self.project_context(context)
         else:
-            q, k, v = rearrange(self.to_qkv(x), "b l (three h d) -> three b h l d", three=3, h=self.num_heads)
+            q, k, v = _split_heads(self.to_qkv(x), 3, self.num_heads)
             if cache is not None:
+                if self.relative_2d is not None:
+                    raise ValueError("2D relative positions have no KV-cached decoding; run full forwards")
                 k, v = cache.append(k, v)
+        if self.local is not None:
+            core = self.local.reference if self.use_reference else self.local
+            out = core(
+                q, k, v, query_offset=query_offset, key_offset=0 if cache is None else cache.start,
+                key_padding_mask=key_padding_mask, dropout_p=self.dropout if self.training else 0.0,
+            )  # fmt: skip
+            return self.to_out(_merge_heads(out))
         out = self.core(
             q, k, v,
             causal=self.causal,
             query_offset=query_offset,
             key_padding_mask=key_padding_mask,
             relative=self.relative,
+            bias=self.relative_2d(q) if self.relative_2d is not None else None,
             dropout_p=self.dropout if self.training else 0.0,
         )  # fmt: skip
-        return self.to_out(rearrange(out, "b h l d -> b l (h d)"))
+        return self.to_out(_merge_heads(out))
 
     def project_context(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values ``(batch, heads, ctx_len, head_dim)`` of an encoder output ``(batch, ctx_len, dim)``."""
-        k, v = rearrange(self.to_kv(context), "b l (two h d) -> two b h l d", two=2, h=self.num_heads)
+        k, v = _split_heads(self.to_kv(context), 2, self.num_heads)
         return k, v
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, causal={self.causal}, cross={self.is_cross}"
+
+
+# Head split and merge are written with tensor methods, not einops: they run once per layer and
+# decoding step, where einops' pattern handling costs about as much as the reshape itself.
+def _split_heads(x: Tensor, parts: int, num_heads: int) -> tuple[Tensor, ...]:
+    """``"b l (parts h d) -> parts b h l d"``: ``parts`` views ``(batch, heads, seq, head_dim)``."""
+    batch, length, _ = x.shape
+    return x.reshape(batch, length, parts, num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """``"b h l d -> b l (h d)"``."""
+    batch, heads, length, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * head_dim)

@@ -7,6 +7,7 @@ from torch import Tensor, nn
 from multimodal.layers.attention import MultiHeadAttention
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.config import TransformerConfig
+from multimodal.layers.local import LocalAttention
 
 _ACTIVATIONS = {
     "gelu": lambda: nn.GELU(),
@@ -45,17 +46,19 @@ class TransformerBlock(nn.Module):
 
     Args:
         config: Sizes and options; ``config.position == "relative"`` gives the self-attention its
-            own relative distance table.
+            own relative distance table, ``"relative2d"`` its own row and column offset tables.
         causal: Mask future positions in self-attention.
     """
 
     def __init__(self, config: TransformerConfig, causal: bool) -> None:
         super().__init__()
-        relative = config.max_relative_distance if config.position == "relative" else None
+        local = LocalAttention.from_config(config, causal)  # None for full attention
+        relative = config.max_relative_distance if config.position == "relative" and local is None else None
+        grid = config.grid_size if config.position == "relative2d" else None
         self.norm_attention = nn.LayerNorm(config.dim, eps=config.norm_eps)
         self.attention = MultiHeadAttention(
-            config.dim, config.num_heads, causal=causal, relative_max_distance=relative,
-            dropout=config.attention_dropout, bias=config.bias, impl=config.attention_impl,
+            config.dim, config.num_heads, causal=causal, relative_max_distance=relative, relative_2d_grid=grid,
+            dropout=config.attention_dropout, bias=config.bias, impl=config.attention_impl, local=local,
         )  # fmt: skip
         self.norm_cross = self.cross_attention = None
         if config.cross_attention:

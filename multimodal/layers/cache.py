@@ -16,16 +16,28 @@ class KVCache:
     ``append`` writes new ``(batch, heads, new, head_dim)`` keys and values and returns views of
     everything cached so far, ``(batch, heads, length, head_dim)``. Views stay valid until the next
     ``append``.
+
+    With a ``window`` (local attention) the cache forgets keys more than ``window`` positions
+    behind the newest one, so its memory and each step's work stay ``O(window)``: the buffer holds
+    at most ``2 * window`` (or ``window + new``) positions, and ``start`` is the absolute position
+    of the first one kept.
+
+    Args:
+        window: Keep at least this many past positions; None keeps everything.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
         self.length = 0
+        self.window = window
+        self.start = 0
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Adds ``(batch, heads, new, head_dim)`` keys/values; returns all cached keys and values."""
         new = keys.shape[-2]
+        if self.window is not None and self.keys is not None and self.length + new > self.keys.shape[-2]:
+            self._forget()
         if self.keys is None or self.length + new > self.keys.shape[-2]:
             self._grow(keys, values, self.length + new)
         self.keys[..., self.length : self.length + new, :] = keys
@@ -33,8 +45,20 @@ class KVCache:
         self.length += new
         return self.keys[..., : self.length, :], self.values[..., : self.length, :]
 
+    def _forget(self) -> None:
+        """Moves the last ``window`` positions to the front of the buffer (amortised O(1) per position)."""
+        dropped = max(self.length - self.window, 0)
+        if dropped:
+            kept = slice(dropped, self.length)
+            self.keys[..., : self.window, :] = self.keys[..., kept, :].clone()
+            self.values[..., : self.window, :] = self.values[..., kept, :].clone()
+            self.length -= dropped
+            self.start += dropped
+
     def _grow(self, keys: Tensor, values: Tensor, needed: int) -> None:
         capacity = max(needed, 2 * (0 if self.keys is None else self.keys.shape[-2]), 64)
+        if self.window is not None:
+            capacity = max(needed, 2 * self.window, 1)
         grown_keys = keys.new_empty(*keys.shape[:-2], capacity, keys.shape[-1])
         grown_values = values.new_empty(*values.shape[:-2], capacity, values.shape[-1])
         if self.keys is not None:
@@ -46,14 +70,18 @@ class KVCache:
 class DecodingState:
     """Everything a stack carries from one decoding step to the next.
 
+    Args:
+        num_layers: Blocks in the stack.
+        window: Past positions each cache must keep (local attention); None keeps all.
+
     Attributes:
         layers: One self-attention :class:`KVCache` per block.
         cross: Per block, the projected encoder keys/values (computed once), or None.
         position: Number of tokens already decoded (the absolute position of the next one).
     """
 
-    def __init__(self, num_layers: int) -> None:
-        self.layers = [KVCache() for _ in range(num_layers)]
+    def __init__(self, num_layers: int, window: int | None = None) -> None:
+        self.layers = [KVCache(window) for _ in range(num_layers)]
         self.cross: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
         self.position = 0
 

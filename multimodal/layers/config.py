@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-PositionScheme = Literal["none", "sinusoidal", "learned", "relative"]
+PositionScheme = Literal["none", "sinusoidal", "learned", "relative", "relative2d"]
 Activation = Literal["gelu", "gelu_tanh", "relu"]
+AttentionPattern = Literal["full", "local1d", "local2d"]
 
 
 @dataclass
@@ -27,7 +28,9 @@ class TransformerConfig:
         position: How attention knows where tokens are. ``"none"``; ``"sinusoidal"`` or
             ``"learned"`` absolute embeddings added to the input; ``"relative"`` learned per-distance
             embeddings inside every attention layer (Shaw et al. 2018, computed with the Music
-            Transformer skew).
+            Transformer skew); ``"relative2d"`` learned row- and column-offset embeddings inside
+            every attention layer for tokens on a ``grid_size`` grid (image patches; see
+            :mod:`multimodal.layers.relative2d`).
         max_seq_len: Longest sequence the absolute position tables cover (and the default
             relative clipping distance).
         max_relative_distance: Relative distances are clipped to ``[-k, k]``; ``None`` means
@@ -40,6 +43,23 @@ class TransformerConfig:
         context_dim: Width of that encoder output; ``None`` means ``dim``.
         attention_impl: ``"fast"`` (SDPA / the skewed relative kernel) or ``"reference"`` (plain
             PyTorch, quadratic memory; for tests and debugging).
+        grid_size: ``(rows, cols)`` of the token grid, required by ``position="relative2d"``:
+            the last ``rows * cols`` tokens of a sequence are the grid in raster order, any tokens
+            before them (a class token) are off-grid. ``ViTConfig`` derives it from the image size.
+        attention: Which keys each query sees (:mod:`multimodal.layers.local`). ``"full"``: all
+            (the past, in decoders). ``"local1d"``: itself and the ``local_window - 1`` tokens before
+            it (each side, in encoders). ``"local2d"``: the sequence is a grid ``local_grid_width``
+            tokens wide (raster pixels: width × channels); query blocks of ``local_query_shape``
+            attend to a memory block ``local_memory_shape`` wider: rows above (and below, in
+            encoders), columns on each side (Parmar et al. 2018). Local attention costs time and
+            memory linear in ``seq_len``; cached decoding keeps only the keys still visible. With
+            ``position="relative"`` it learns 1D distance or 2D (row, column) offset embeddings.
+        local_window: ``local1d``: keys per query, itself included.
+        local_grid_width: ``local2d``: tokens per grid row; None lets a model set it at run time
+            (:func:`multimodal.layers.local.set_grid_width`).
+        local_query_shape: ``local2d``: ``(rows, cols)`` of a query block.
+        local_memory_shape: ``local2d``: ``(rows, cols)`` the memory block adds above the query
+            block and on each side of it.
     """
 
     dim: int = 256
@@ -57,6 +77,12 @@ class TransformerConfig:
     cross_attention: bool = False
     context_dim: int | None = None
     attention_impl: Literal["fast", "reference"] = "fast"
+    grid_size: tuple[int, int] | None = None
+    attention: AttentionPattern = "full"
+    local_window: int = 256
+    local_grid_width: int | None = None
+    local_query_shape: tuple[int, int] = (8, 8)
+    local_memory_shape: tuple[int, int] = (8, 8)
 
     def __post_init__(self) -> None:
         if self.dim % self.num_heads:
@@ -70,6 +96,22 @@ class TransformerConfig:
             self.context_dim = self.dim
         if self.max_relative_distance is None:
             self.max_relative_distance = self.max_seq_len - 1
+        if self.grid_size is not None:
+            self.grid_size = tuple(int(size) for size in self.grid_size)  # YAML and JSON give lists
+        if self.position == "relative2d" and (self.grid_size is None or len(self.grid_size) != 2):
+            raise ValueError(
+                f"position='relative2d' needs grid_size=(rows, cols) of the token grid, got {self.grid_size}; "
+                f"for patches that is (height // patch_size, width // patch_size) (ViTConfig sets it)"
+            )
+        self.local_query_shape = tuple(int(size) for size in self.local_query_shape)  # YAML gives lists
+        self.local_memory_shape = tuple(int(size) for size in self.local_memory_shape)
+        if self.attention not in ("full", "local1d", "local2d"):
+            raise ValueError(f"attention must be 'full', 'local1d' or 'local2d', got {self.attention!r}")
+        if self.attention != "full" and self.position == "relative2d":
+            raise ValueError(
+                "local attention brings its own 2D relative positions: use position='relative' with "
+                "attention='local2d' instead of 'relative2d'"
+            )
 
     @property
     def head_dim(self) -> int:

@@ -98,9 +98,35 @@ def relative_attention(
         ``(batch, heads, q_len, head_dim)``.
     """
     _check_shapes(q, k, v, causal, query_offset, key_padding_mask)
+    if causal and q.shape[-2] == 1 and dropout_p == 0:  # a cached decoding step
+        return _newest_query_attention(q, k, v, embedding, key_padding_mask)
     seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
     settings = _Settings(causal, query_offset, dropout_p, seed, block_size, embedding.max_distance)
     return _RelativeAttention.apply(q, k, v, embedding.weight, key_padding_mask, settings)
+
+
+def _newest_query_attention(
+    q: Tensor, k: Tensor, v: Tensor, embedding: RelativePositionEmbedding, key_padding_mask: Tensor | None
+) -> Tensor:
+    """Causal attention of one query at the newest position ``k_len - 1`` to every key; ``(b, h, 1, d)``.
+
+    A decoding step needs no blocks, skew or causal mask: key ``j`` lies at distance
+    ``j - (k_len - 1)``, so the keys take the table rows ``max_distance - (k_len - 1) .. max_distance``
+    in order, a slice of the table when ``k_len - 1 <= max_distance``; farther keys are clipped to
+    row 0. Plain differentiable ops, so gradients flow as in the blocked kernel.
+    """
+    position, max_distance = k.shape[-2] - 1, embedding.max_distance
+    q_scaled = q * (1.0 / math.sqrt(q.shape[-1]))
+    table = embedding.weight  # (h, max_distance + 1, d)
+    if position <= max_distance:
+        bias = q_scaled @ table[:, max_distance - position :].transpose(-1, -2)  # (b, h, 1, k)
+    else:
+        per_distance = q_scaled @ table.transpose(-1, -2)  # (b, h, 1, max_distance + 1)
+        clipped = per_distance[..., :1].expand(*per_distance.shape[:-1], position - max_distance)
+        bias = torch.cat([clipped, per_distance], dim=-1)
+    if key_padding_mask is not None:
+        bias = bias.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(bias.dtype).min)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
 def relative_logits_reference(

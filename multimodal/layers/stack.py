@@ -74,8 +74,9 @@ class TransformerStack(nn.Module):
         return self.norm(x)
 
     def new_state(self) -> DecodingState:
-        """An empty decoding state (KV caches for every block)."""
-        return DecodingState(len(self.blocks))
+        """An empty decoding state (KV caches for every block; local attention keeps only visible keys)."""
+        local = self.blocks[0].attention.local if len(self.blocks) else None
+        return DecodingState(len(self.blocks), window=None if local is None else local.lookback)
 
 
 class Encoder(TransformerStack):

@@ -1,6 +1,7 @@
 """Model families built from the shared blocks."""
 
-from multimodal.models.config import PRESETS, CausalLMConfig
+from multimodal.models.config import PRESETS, VIT_PRESETS, CausalLMConfig, ViTConfig
 from multimodal.models.lm import CausalLM
+from multimodal.models.vit import ViT
 
-__all__ = ["PRESETS", "CausalLM", "CausalLMConfig"]
+__all__ = ["PRESETS", "VIT_PRESETS", "CausalLM", "CausalLMConfig", "ViT", "ViTConfig"]

@@ -8,9 +8,9 @@ run's config file is the whole truth about its model.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
-from multimodal.layers.config import TransformerConfig
+from multimodal.layers.config import AttentionPattern, PositionScheme, TransformerConfig
 
 # Sizes shared by every family; each family adds its own fields.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -42,3 +42,203 @@ def _preset(name: str) -> dict[str, Any]:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     return dict(PRESETS[name])
+
+
+# The standard ViT sizes (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti and S), plus "micro"
+# for tests and the small data sets of this project.
+VIT_PRESETS: dict[str, dict[str, Any]] = {
+    "micro": dict(dim=64, num_layers=2, num_heads=4, ff_dim=128),
+    "tiny": dict(dim=192, num_layers=12, num_heads=3, ff_dim=768),
+    "small": dict(dim=384, num_layers=12, num_heads=6, ff_dim=1536),
+    "base": dict(dim=768, num_layers=12, num_heads=12, ff_dim=3072),
+}
+
+
+@dataclass
+class ViTConfig(TransformerConfig):
+    """A Vision Transformer classifier over non-overlapping patches (bidirectional encoder).
+
+    The encoder fields keep their meaning; ViT changes some defaults (no dropout, LayerNorm eps
+    ``1e-6`` as timm, learned absolute positions) and *derives* two of them from the image:
+    ``grid_size = (height // patch_size, width // patch_size)`` and ``max_seq_len`` = class token
+    + patches. Values given for those two are replaced.
+
+    Attributes:
+        image_size: Side of square images, or ``(height, width)``; multiples of ``patch_size``.
+            Linked from the data module in the Lightning task.
+        patch_size: Side of the square patches, in pixels.
+        channels: Channels per pixel (1 greyscale, 3 RGB); linked from the data module.
+        num_classes: Output classes; 0 gives a model without head (features only). Linked from
+            the data module.
+        pooling: ``"cls"``: classify the class token (ViT, timm's default); ``"mean"``: average
+            the patch tokens (no class token).
+    """
+
+    dropout: float = 0.0
+    position: PositionScheme = "learned"
+    norm_eps: float = 1e-6
+    image_size: int | tuple[int, int] = 224
+    patch_size: int = 16
+    channels: int = 3
+    num_classes: int = 1000
+    pooling: Literal["cls", "mean"] = "cls"
+
+    def __post_init__(self) -> None:
+        height, width = (
+            (self.image_size, self.image_size) if isinstance(self.image_size, int) else self.image_size
+        )
+        if height % self.patch_size or width % self.patch_size:
+            raise ValueError(
+                f"image_size {height}x{width} is not a multiple of patch_size={self.patch_size}; "
+                f"resize the images (the data module's image_size) or pick a patch size that divides them"
+            )
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        self.image_size = height if height == width else (height, width)
+        self.grid_size = (height // self.patch_size, width // self.patch_size)
+        self.max_seq_len = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+        super().__post_init__()
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: 1 (the class token) with ``pooling="cls"``, else 0."""
+        return 1 if self.pooling == "cls" else 0
+
+    @property
+    def num_patches(self) -> int:
+        """Patches per image, ``rows * cols`` of the grid."""
+        return self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def patch_dim(self) -> int:
+        """Values in one flattened patch, ``patch_size**2 * channels``."""
+        return self.patch_size * self.patch_size * self.channels
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ViTConfig:
+        """The ViT size ``name`` (``micro``, ``tiny``, ``small``, ``base``) with ``overrides`` applied.
+
+        ``tiny``/``small``/``base`` are ViT-Ti/S/B: 192/384/768 wide, 12 layers, 3/6/12 heads, MLP
+        ratio 4. ``micro`` (64 wide, 2 layers) is for tests and quick runs.
+        """
+        if name not in VIT_PRESETS:
+            raise ValueError(f"unknown ViT preset {name!r}; choose one of {sorted(VIT_PRESETS)}")
+        return cls(**{**VIT_PRESETS[name], **overrides})
+
+
+@dataclass
+class ImageTransformerConfig(TransformerConfig):
+    """An autoregressive Image Transformer over raster pixel tokens (Parmar et al. 2018).
+
+    Tokens are the intensity ids of :class:`~multimodal.tokenizers.image.PixelTokenizer` (channels
+    of a pixel interleaved). The decoder fields keep their meaning; two are *derived*:
+    ``max_seq_len = height * width * channels`` and, for ``attention="local2d"``,
+    ``local_grid_width = width * channels`` (the raster grid). Values given for those are replaced.
+
+    Attributes:
+        height: Image height in pixels; linked from the data module.
+        width: Image width in pixels; linked from the data module.
+        channels: Channels per pixel (1 or 3); linked from the data module.
+        num_levels: Intensity levels per channel (the output classes); linked from the data module.
+        num_classes: Classes of the data set; linked from the data module, used only when
+            ``class_conditional``.
+        class_conditional: Add a learned class embedding to every position, so samples can be
+            drawn per class.
+        pixel_positions: ``"absolute"``: learned row, column and channel embeddings added to the
+            input (Parmar et al.); ``"none"``: rely on ``position="relative"`` alone.
+    """
+
+    dropout: float = 0.1
+    position: PositionScheme = "none"
+    attention: AttentionPattern = "local2d"
+    local_query_shape: tuple[int, int] = (4, 8)
+    local_memory_shape: tuple[int, int] = (4, 8)
+    height: int = 8
+    width: int = 8
+    channels: int = 1
+    num_levels: int = 256
+    num_classes: int = 0
+    class_conditional: bool = False
+    pixel_positions: Literal["absolute", "none"] = "absolute"
+
+    def __post_init__(self) -> None:
+        if min(self.height, self.width, self.channels) < 1 or not 2 <= self.num_levels <= 256:
+            raise ValueError(
+                f"need height, width, channels >= 1 and 2 <= num_levels <= 256, got {self.height}x{self.width}"
+                f"x{self.channels} with {self.num_levels} levels"
+            )
+        if self.class_conditional and self.num_classes < 1:
+            raise ValueError("class_conditional=True needs num_classes >= 1 (linked from the data module)")
+        if self.pixel_positions not in ("absolute", "none"):
+            raise ValueError(f"pixel_positions must be 'absolute' or 'none', got {self.pixel_positions!r}")
+        self.max_seq_len = self.height * self.width * self.channels
+        if self.attention == "local2d":
+            self.local_grid_width = self.width * self.channels
+        super().__post_init__()
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per image, ``height * width * channels``."""
+        return self.height * self.width * self.channels
+
+
+@dataclass
+class SuperResolutionConfig(TransformerConfig):
+    """Super-resolution over low-resolution patches; the encoder fields describe the shared ``Encoder``.
+
+    Two methods share the encoder (low-resolution patches → ``Encoder``):
+
+    - ``"regression"``: a pixel-shuffle head predicts every high-resolution pixel of a patch at once
+      (plus the bicubic upsampling when ``residual``); trained with L1.
+    - ``"autoregressive"``: a conditional Image Transformer. A ``Decoder`` with cross-attention to
+      the encoder generates the high-resolution intensity tokens in raster order; each position
+      also gets its encoder feature, the bicubic estimate of its value, and learned row, column and
+      channel embeddings. Trained with cross-entropy; sampled with a temperature.
+
+    By default the encoder uses ``local2d`` attention with relative (row, column) positions on the
+    patch grid: it is translation-equivariant and accepts any image size, which is what makes tiled
+    upscaling seamless. The grid width is set from each input.
+
+    Attributes:
+        method: ``"regression"`` or ``"autoregressive"``.
+        scale: Upscaling factor (2 or 4); linked from the data module.
+        channels: Channels per pixel (1 or 3); linked from the data module.
+        crop_size: High-resolution training crop side; linked from the data module. The
+            autoregressive decoder's row/column tables cover it, so its tiles are at most this big.
+        patch_size: Low-resolution pixels per token side.
+        residual: Regression: predict the difference to the bicubic upsampling.
+        num_levels: Autoregressive: intensity levels per channel.
+        decoder_layers: Autoregressive: blocks of the decoder (same width and heads as the encoder).
+        decoder_query_shape: Autoregressive: ``local2d`` query block on the high-resolution raster
+            grid (``crop_size * channels`` tokens wide).
+        decoder_memory_shape: Autoregressive: ``local2d`` memory extension of the decoder.
+    """
+
+    dropout: float = 0.0
+    position: PositionScheme = "relative"
+    attention: AttentionPattern = "local2d"
+    local_query_shape: tuple[int, int] = (4, 4)
+    local_memory_shape: tuple[int, int] = (4, 4)
+    method: Literal["regression", "autoregressive"] = "regression"
+    scale: int = 2
+    channels: int = 3
+    crop_size: int = 48
+    patch_size: int = 1
+    residual: bool = True
+    num_levels: int = 256
+    decoder_layers: int = 2
+    decoder_query_shape: tuple[int, int] = (2, 24)
+    decoder_memory_shape: tuple[int, int] = (2, 12)
+
+    def __post_init__(self) -> None:
+        if self.method not in ("regression", "autoregressive"):
+            raise ValueError(f"method must be 'regression' or 'autoregressive', got {self.method!r}")
+        if self.scale < 1 or self.patch_size < 1 or self.crop_size % (self.scale * self.patch_size):
+            raise ValueError(
+                f"crop_size={self.crop_size} must be a multiple of scale * patch_size = "
+                f"{self.scale} * {self.patch_size}; pick the data module's crop_size accordingly"
+            )
+        self.decoder_query_shape = tuple(int(size) for size in self.decoder_query_shape)
+        self.decoder_memory_shape = tuple(int(size) for size in self.decoder_memory_shape)
+        self.local_grid_width = None  # set from each input's size
+        super().__post_init__()

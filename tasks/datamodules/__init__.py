@@ -5,6 +5,9 @@ Each wraps the plain torch data sets of ``multimodal.data``. Late-bound sizes (`
 link them into the task before anything is loaded.
 """
 
+from tasks.datamodules.images import ImageClassificationDataModule
 from tasks.datamodules.music import MusicDataModule
+from tasks.datamodules.pixels import PixelDataModule, SuperResolutionDataModule
+from tasks.datamodules.text import TextDataModule
 
-__all__ = ["MusicDataModule"]
+__all__ = ["ImageClassificationDataModule", "MusicDataModule", "PixelDataModule", "SuperResolutionDataModule", "TextDataModule"]

@@ -11,18 +11,19 @@ from PIL import Image
 from sklearn.datasets import load_digits
 from torchvision.transforms import v2
 
+from multimodal.data.augment import build_transform
+from multimodal.data.fetch import DatasetNotFoundError, default_cache_dir
+from multimodal.data.image_folder import ImageFolder
 from multimodal.data.images import (
     DIGITS_SPLIT_SIZES,
-    SKIMAGE_HELD_OUT_PHOTOS,
-    SKIMAGE_TRAIN_PHOTOS,
-    DatasetNotFoundError,
-    ImageFolder,
-    SuperResolutionCrops,
-    build_transform,
-    default_cache_dir,
     digits_split_indices,
     image_classification_dataset,
     load_digits_split,
+)
+from multimodal.data.super_resolution import (
+    SKIMAGE_HELD_OUT_PHOTOS,
+    SKIMAGE_TRAIN_PHOTOS,
+    SuperResolutionCrops,
     super_resolution_dataset,
 )
 from multimodal.tokenizers.image import PixelTokenizer
@@ -213,7 +214,7 @@ def test_fetched_fashion_mnist_has_the_published_sizes():
 def test_fetch_fashion_mnist_from_the_debian_package(tmp_path):
     from torchvision.datasets import FashionMNIST
 
-    from multimodal.data.images import fetch_fashion_mnist
+    from multimodal.data.fetch import fetch_fashion_mnist
 
     root = fetch_fashion_mnist(tmp_path)
     assert "MIT" in (root / "FashionMNIST" / "raw" / "README.md").read_text()
@@ -329,3 +330,35 @@ def test_sr_photo_folder_holds_out_a_fixed_disjoint_part(tmp_path):
     assert {Path(photo.name).name for photo in again.photos} == val_names
     low_res, high_res = val[0]
     assert low_res.shape == (3, 16, 16) and high_res.shape == (3, 32, 32)
+
+
+def test_images_module_still_exports_the_names_other_modules_import():
+    from multimodal.data import images, super_resolution
+
+    assert images.super_resolution_dataset is super_resolution.super_resolution_dataset
+    assert images.SuperResolutionCrops is super_resolution.SuperResolutionCrops
+    assert images.bicubic_downsample is super_resolution.bicubic_downsample
+    assert images.ImageFolder is ImageFolder and images.build_transform is build_transform
+    assert images.fetch_fashion_mnist.__module__ == "multimodal.data.fetch"
+    assert set(images.__all__) <= set(dir(images))
+
+
+def test_pixel_array_items_equal_torchvision_pil_items():
+    from types import SimpleNamespace
+
+    from multimodal.data.images import PixelArray
+
+    rng = np.random.default_rng(0)
+    grey = SimpleNamespace(
+        data=torch.from_numpy(rng.integers(0, 256, (3, 5, 4), dtype=np.uint8)), targets=[2, 0, 1]
+    )
+    rgb = SimpleNamespace(data=rng.integers(0, 256, (3, 5, 4, 3), dtype=np.uint8), targets=[1, 1, 0])
+    for base, mode in ((grey, "L"), (rgb, "RGB")):
+        items = PixelArray(base)
+        for index in range(3):
+            image, label = items[index]
+            pil = Image.fromarray(np.asarray(base.data[index]), mode=mode)  # what torchvision returns
+            assert (
+                torch.equal(image, v2.ToImage()(pil).as_subclass(torch.Tensor))
+                and label == base.targets[index]
+            )

@@ -1,0 +1,238 @@
+"""ViT learning quality and speed: digits vs an SVC, Fashion-MNIST in 10 minutes, positions, timm throughput.
+
+Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest):
+
+``digits``
+    Our ViT trained with ``configs/vit_classification.yaml`` (fixed stratified split, train only),
+    test accuracy of the final weights, next to scikit-learn's ``SVC(gamma=0.001)`` fitted on the
+    same training images (raw 0-16 pixel values, as in scikit-learn's digits example).
+``fashion``
+    ``configs/vit_classification.yaml`` + ``configs/vit_fashion_mnist.yaml``: training stops at
+    ``trainer.max_time`` (10 minutes), then the official 10,000 test images are classified.
+``positions``
+    Both of the above with ``position: learned`` and ``position: relative2d``, same budget and seed
+    (the digits and fashion sections run both when this one is selected).
+``throughput``
+    Images/s of ViT-Ti/16 at 224x224 (ours with learned and with 2D relative positions) and timm's
+    ``vit_tiny_patch16_224`` (``pretrained=False``), built and timed in the same process; rounds
+    alternate between the models and the ratio to timm is the median over rounds. Train = forward,
+    backward and an AdamW step; eval = forward under ``torch.inference_mode``.
+
+Every training run and the throughput run happen in a fresh subprocess with 2 threads. Run it
+under the shared lock so concurrent jobs do not distort the timings::
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py            # all (about 35 min)
+    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections digits throughput
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+SECTIONS = ("digits", "fashion", "positions", "throughput")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5, help="throughput rounds per model")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        job = json.loads(args.worker)
+        print(json.dumps(WORKERS[job.pop("kind")](**job)))
+        return
+    print(
+        f"# ViT benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {args.threads} threads\n"
+    )
+    positions = ["learned", "relative2d"] if "positions" in args.sections else ["learned"]
+    if "digits" in args.sections or "positions" in args.sections:
+        digits_table(positions, args.threads)
+    if "fashion" in args.sections or "positions" in args.sections:
+        fashion_table(positions, args.threads)
+    if "throughput" in args.sections:
+        throughput_table(args.threads, args.rounds)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------------
+
+
+def digits_table(positions: list[str], threads: int) -> None:
+    svc = _run({"kind": "svc", "threads": threads})
+    rows = {p: _run(_train_job(["vit_classification.yaml"], p, threads)) for p in positions}
+    print("## digits (8x8, 1,257 train / 360 test images, fixed stratified split)\n")
+    print("| model | test accuracy | train time (s) | epochs |")
+    print("|---|---|---|---|")
+    print(f"| scikit-learn SVC(gamma=0.001) | {svc['test_acc']:.4f} | {svc['fit_s']:.1f} | - |")
+    for position, row in rows.items():
+        print(f"| ViT, {position} positions | {row['test_acc']:.4f} | {row['fit_s']:.0f} | {row['epochs']} |")
+    print()
+
+
+def fashion_table(positions: list[str], threads: int) -> None:
+    rows = {
+        p: _run(_train_job(["vit_classification.yaml", "vit_fashion_mnist.yaml"], p, threads))
+        for p in positions
+    }
+    print("## Fashion-MNIST (54,000 train / 10,000 official test images, trainer.max_time 10 min)\n")
+    print("| model | test accuracy | train time (s) | epochs | train images/s |")
+    print("|---|---|---|---|---|")
+    for position, row in rows.items():
+        print(f"| ViT, {position} positions | {row['test_acc']:.4f} | {row['fit_s']:.0f} | "
+              f"{row['epochs']:.2f} | {row['train_images_per_s']:.0f} |")  # fmt: skip
+    print()
+
+
+def throughput_table(threads: int, rounds: int) -> None:
+    result = _run({"kind": "throughput", "threads": threads, "rounds": rounds})
+    print(f"## Throughput, ViT-Ti/16 at 224x224 ({result['batch']} images per step, {rounds} rounds)\n")
+    print("| model | train images/s | eval images/s | train ratio to timm | eval ratio to timm |")
+    print("|---|---|---|---|---|")
+    for name, row in result["models"].items():
+        print(
+            f"| {name} | {row['train']:.2f} | {row['eval']:.2f} | {row['train_ratio']:.2f}x | {row['eval_ratio']:.2f}x |"
+        )
+    print()
+
+
+def _train_job(configs: list[str], position: str, threads: int) -> dict:
+    return {"kind": "train", "configs": configs, "position": position, "threads": threads}
+
+
+def _run(job: dict) -> dict:
+    """Runs one job in a fresh interpreter; returns its JSON answer."""
+    result = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True, text=True, cwd=ROOT
+    )
+    if result.returncode:
+        raise RuntimeError(f"job {job} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------------
+# Workers (each runs in its own process)
+# --------------------------------------------------------------------------------------------------
+
+
+def train_worker(configs: list[str], position: str, threads: int) -> dict:
+    """Fits the task of ``configs`` with ``position``; test accuracy of the final weights."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from tasks.classification import ImageClassification
+    from tasks.cli import MultimodalCLI
+
+    args = [arg for name in configs for arg in ("--config", str(CONFIGS / name))]
+    args += [
+        f"--model.init_args.model.position={position}", "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false", "--trainer.enable_checkpointing=false", "--trainer.logger=false",
+        "--trainer.callbacks=[]",
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)  # the configs write under outputs/
+        cli = MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
+        start = time.perf_counter()
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        fit_s = time.perf_counter() - start
+        test = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+    batches = cli.trainer.global_step
+    epochs = batches / max(cli.trainer.num_training_batches, 1)
+    images = batches * cli.datamodule.batch_size
+    return {"test_acc": test["test_acc"], "fit_s": fit_s, "epochs": round(epochs, 2),
+            "train_images_per_s": images / fit_s}  # fmt: skip
+
+
+def svc_worker(threads: int) -> dict:
+    """scikit-learn's digits example classifier on our split."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    from sklearn.svm import SVC
+
+    from multimodal.data.images import load_digits_split
+
+    train_x, train_y = load_digits_split("train", "levels")
+    test_x, test_y = load_digits_split("test", "levels")
+    start = time.perf_counter()
+    classifier = SVC(gamma=0.001).fit(train_x.flatten(1).numpy(), train_y.numpy())
+    fit_s = time.perf_counter() - start
+    return {
+        "test_acc": float((classifier.predict(test_x.flatten(1).numpy()) == test_y.numpy()).mean()),
+        "fit_s": fit_s,
+    }
+
+
+def throughput_worker(threads: int, rounds: int, batch: int = 32, steps: int = 3) -> dict:
+    """Images/s of our ViT-Ti (learned, relative2d) and timm's, alternating rounds in one process."""
+    import timm
+    import torch
+
+    from multimodal.models import ViT, ViTConfig
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    models = {
+        "timm vit_tiny_patch16_224": timm.create_model("vit_tiny_patch16_224", pretrained=False),
+        "ours, learned positions": ViT(ViTConfig.from_preset("tiny", num_classes=1000)),
+        "ours, relative2d positions": ViT(
+            ViTConfig.from_preset("tiny", num_classes=1000, position="relative2d")
+        ),
+    }
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in models.items()}
+    images, labels = torch.rand(batch, 3, 224, 224), torch.randint(0, 1000, (batch,))
+
+    def train(name: str) -> None:
+        model = models[name].train()
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizers[name].zero_grad(set_to_none=True)
+        loss.backward()
+        optimizers[name].step()
+
+    def evaluate(name: str) -> None:
+        with torch.inference_mode():
+            models[name].eval()(images)
+
+    seconds = {(name, mode): [] for name in models for mode in ("train", "eval")}
+    for name in models:  # warm-up
+        train(name)
+        evaluate(name)
+    for _ in range(rounds):
+        for mode, step in (("train", train), ("eval", evaluate)):
+            for name in models:
+                start = time.perf_counter()
+                for _ in range(steps):
+                    step(name)
+                seconds[name, mode].append((time.perf_counter() - start) / steps)
+    peer = "timm vit_tiny_patch16_224"
+    table = {}
+    for name in models:
+        row = {}
+        for mode in ("train", "eval"):
+            row[mode] = batch / statistics.median(seconds[name, mode])
+            ratios = [
+                peer_s / ours_s
+                for peer_s, ours_s in zip(seconds[peer, mode], seconds[name, mode], strict=True)
+            ]
+            row[f"{mode}_ratio"] = statistics.median(ratios)
+        table[name] = row
+    return {"batch": batch, "models": table}
+
+
+WORKERS = {"train": train_worker, "svc": svc_worker, "throughput": throughput_worker}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""2D relative positions for tokens on a grid (image patches): decomposed row and column embeddings.
+
+Tokens ``0 .. P-1`` are *prefix* tokens that sit on no grid (a class token; ``P = seq_len - rows *
+cols``); the remaining ``rows * cols`` tokens are grid cells in raster order. For grid query ``i``
+at ``(r_i, c_i)`` and grid key ``j`` at ``(r_j, c_j)`` every attention logit gains one term::
+
+    (q_i · k_j + q_i · (R[r_j - r_i] + C[c_j - c_i])) / sqrt(head_dim)
+
+with ``R`` a learned table of ``2 * rows - 1`` row offsets and ``C`` one of ``2 * cols - 1`` column
+offsets, per head and per layer. The embedding of an offset ``(dr, dc)`` is thus *decomposed* into
+``R[dr] + C[dc]`` — the choice of Bello et al. 2019 (Attention Augmented Convolutional Networks,
+"relative height and width"), MViTv2 (Li et al. 2022) and ViTDet / Segment Anything. A joint table
+with one vector per ``(dr, dc)`` pair costs ``(2 rows - 1)(2 cols - 1)`` vectors instead of
+``2 rows + 2 cols - 2`` and, in those papers' ablations, buys no accuracy. Like Shaw et al.'s 1D
+scheme (:mod:`multimodal.layers.relative`) the term depends on the query's content, and like it
+the sum is scaled by ``1 / sqrt(head_dim)`` (Segment Anything leaves the position term unscaled).
+
+Prefix tokens have no offset to anyone. As in BEiT (Bao et al. 2021), every head learns three
+scalars instead: prefix → grid, grid → prefix and prefix → prefix; they start at zero.
+
+How it is computed, without any ``(N, N, head_dim)`` tensor (``N = rows * cols``): the row table is
+gathered into ``R[r_j - r_i]`` of shape ``(heads, rows, rows, head_dim)`` (query row, key row), one
+einsum with the queries viewed as ``(b, h, rows, cols, d)`` gives ``(b, h, rows, cols, rows)``, the
+same for columns gives ``(b, h, rows, cols, cols)``, and a broadcast sum fills the
+``(b, h, N, N)`` float bias that :func:`multimodal.layers.attend.attend` hands to
+``scaled_dot_product_attention``. The largest temporary is that bias, which SDPA needs anyway.
+
+A model trained on one grid is moved to another by :func:`resample_offset_table` (linear
+interpolation of each table along the offset axis, as ViTDet does).
+
+Einops legend: ``b`` batch, ``h`` heads, ``r``/``c`` query row/column, ``k`` key row or column,
+``d`` head_dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+__all__ = ["RelativePosition2D", "offset_index", "resample_offset_table"]
+
+
+class RelativePosition2D(nn.Module):
+    """Learned decomposed 2D relative positions of one attention layer; returns a logits bias.
+
+    Args:
+        num_heads: Attention heads; each has its own tables.
+        head_dim: Size of each embedding (the per-head query size).
+        grid_size: ``(rows, cols)`` of the token grid.
+
+    Attributes:
+        rows: ``(num_heads, 2 * rows - 1, head_dim)``; entry ``rows - 1 + dr`` holds row offset
+            ``dr = key_row - query_row``.
+        cols: ``(num_heads, 2 * cols - 1, head_dim)``, the same for column offsets.
+        prefix: ``(num_heads, 3)`` biases of prefix → grid, grid → prefix, prefix → prefix pairs.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, grid_size: tuple[int, int]) -> None:
+        super().__init__()
+        num_rows, num_cols = grid_size
+        if num_rows < 1 or num_cols < 1:
+            raise ValueError(f"grid_size must be (rows, cols) with both >= 1, got {tuple(grid_size)}")
+        self.grid_size = (int(num_rows), int(num_cols))
+        self.scale = 1.0 / math.sqrt(head_dim)
+        self.rows = nn.Parameter(torch.randn(num_heads, 2 * num_rows - 1, head_dim) * 0.02)
+        self.cols = nn.Parameter(torch.randn(num_heads, 2 * num_cols - 1, head_dim) * 0.02)
+        self.prefix = nn.Parameter(torch.zeros(num_heads, 3))
+        self.register_buffer("row_index", offset_index(num_rows), persistent=False)
+        self.register_buffer("col_index", offset_index(num_cols), persistent=False)
+
+    def forward(self, q: Tensor) -> Tensor:
+        """The bias ``(batch, heads, seq, seq)`` to add to the scaled logits ``q · k / sqrt(head_dim)``.
+
+        Args:
+            q: Queries ``(batch, heads, seq, head_dim)``, ``seq = prefix + rows * cols``.
+        """
+        num_rows, num_cols = self.grid_size
+        num_prefix = q.shape[-2] - num_rows * num_cols
+        if num_prefix < 0:
+            raise ValueError(
+                f"{q.shape[-2]} tokens do not cover the {num_rows}x{num_cols} grid of this 2D-relative "
+                f"attention; build the model for the image size you feed it (ViTConfig.image_size) or "
+                f"resample its tables with resample_offset_table"
+            )
+        grid_q = rearrange(q[..., num_prefix:, :] * self.scale, "b h (r c) d -> b h r c d", r=num_rows)
+        by_row = torch.einsum("bhrcd,hrkd->bhrck", grid_q, self.rows[:, self.row_index])
+        by_col = torch.einsum("bhrcd,hckd->bhrck", grid_q, self.cols[:, self.col_index])
+        grid = by_row[..., :, None] + by_col[..., None, :]  # (b, h, r, c, key row, key col)
+        grid = rearrange(grid, "b h r c kr kc -> b h (r c) (kr kc)")
+        if num_prefix == 0:
+            return grid
+        batch, heads, length = q.shape[0], q.shape[1], q.shape[-2]
+        to_grid, from_grid, among = (self.prefix[:, i].to(grid.dtype).view(1, heads, 1, 1) for i in range(3))
+        grid_len = length - num_prefix
+        top = torch.cat(
+            [
+                among.expand(batch, heads, num_prefix, num_prefix),
+                to_grid.expand(batch, heads, num_prefix, grid_len),
+            ],
+            dim=-1,
+        )
+        bottom = torch.cat([from_grid.expand(batch, heads, grid_len, num_prefix), grid], dim=-1)
+        return torch.cat([top, bottom], dim=-2)
+
+    def extra_repr(self) -> str:
+        return f"grid_size={self.grid_size}"
+
+
+def offset_index(size: int) -> Tensor:
+    """``(size, size)`` table rows of the offsets ``key - query`` along one axis: ``[q, k] = k - q + size - 1``."""
+    positions = torch.arange(size)
+    return positions[None, :] - positions[:, None] + size - 1
+
+
+def resample_offset_table(table: Tensor, size: int) -> Tensor:
+    """Linearly interpolates a ``(heads, 2 * old - 1, head_dim)`` offset table to ``2 * size - 1`` offsets.
+
+    Args:
+        table: The table of a grid axis of ``old`` cells.
+        size: Cells of the new grid axis.
+
+    Returns:
+        ``(heads, 2 * size - 1, head_dim)``; the same tensor if the size is unchanged.
+    """
+    length = 2 * size - 1
+    if table.shape[1] == length:
+        return table
+    resized = F.interpolate(table.transpose(1, 2).float(), size=length, mode="linear", align_corners=True)
+    return resized.transpose(1, 2).to(table.dtype).contiguous()

@@ -1,0 +1,245 @@
+"""Super-resolution on the shared blocks: a regression model and a conditional Image Transformer.
+
+Both read the low-resolution image as patch tokens (:func:`~multimodal.tokenizers.image.patchify`)
+through the shared :class:`~multimodal.layers.Encoder` (:class:`PatchEncoder`):
+
+- :class:`SuperResolutionRegressor` — a linear "pixel-shuffle" head turns each token into the
+  ``(patch_size * scale)²`` high-resolution pixels it covers (:func:`unpatchify`), added to the
+  bicubic upsampling when ``residual``. Trained with L1; one forward pass per image.
+- :class:`ConditionalImageTransformer` — a causal :class:`~multimodal.layers.Decoder` with
+  cross-attention to the encoder generates the high-resolution intensity tokens one by one (raster
+  order, channels interleaved), sampled with a temperature. Each decoder position also receives
+  the encoder feature of the low-resolution patch it lies in and the bicubic estimate of its value.
+
+Images are float ``(batch, channels, height, width)`` in ``[0, 1]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from multimodal.layers.cache import DecodingState
+from multimodal.layers.local import set_grid_width
+from multimodal.layers.stack import Decoder, Encoder
+from multimodal.models.config import SuperResolutionConfig
+from multimodal.models.image_transformer import PixelPositionEmbedding, init_weights
+from multimodal.tokenizers.image import patchify, pixels_to_tokens, unpatchify
+
+
+def bicubic_upsample(images: Tensor, scale: int) -> Tensor:
+    """Bicubic upsampling by ``scale`` (``F.interpolate``, ``align_corners=False``), clamped to ``[0, 1]``.
+
+    Args:
+        images: ``(batch, channels, height, width)`` in ``[0, 1]``.
+        scale: Integer factor.
+
+    Returns:
+        ``(batch, channels, height * scale, width * scale)``.
+    """
+    return F.interpolate(images, scale_factor=scale, mode="bicubic", align_corners=False).clamp(0, 1)
+
+
+class PatchEncoder(nn.Module):
+    """Low-resolution image → non-overlapping patches → linear embedding → shared :class:`Encoder`.
+
+    With ``local2d`` attention the encoder's grid width is set from each input, so any image size
+    whose sides are multiples of ``patch_size`` works.
+
+    Args:
+        config: Encoder options, ``patch_size`` and ``channels``.
+    """
+
+    def __init__(self, config: SuperResolutionConfig) -> None:
+        super().__init__()
+        self.patch_size, self.channels = config.patch_size, config.channels
+        self.embed = nn.Linear(config.patch_size**2 * config.channels, config.dim)
+        self.encoder = Encoder(config)
+
+    def forward(self, low_res: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        """Token features ``(batch, rows * cols, dim)`` of ``(batch, channels, height, width)`` and the grid ``(rows, cols)``."""
+        if low_res.dim() != 4 or low_res.shape[1] != self.channels:
+            raise ValueError(
+                f"expected low-resolution images (batch, {self.channels}, height, width), got {tuple(low_res.shape)}"
+            )
+        rows, cols = low_res.shape[-2] // self.patch_size, low_res.shape[-1] // self.patch_size
+        set_grid_width(self.encoder, cols)
+        tokens = patchify(low_res - 0.5, self.patch_size)  # (b, rows * cols, p * p * c)
+        return self.encoder(self.embed(tokens)), (rows, cols)
+
+
+class SuperResolutionRegressor(nn.Module):
+    """Encoder over low-resolution patches + pixel-shuffle head; ``forward`` returns the high-resolution image.
+
+    Args:
+        config: ``method="regression"`` options.
+    """
+
+    def __init__(self, config: SuperResolutionConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = PatchEncoder(config)
+        out_patch = config.patch_size * config.scale
+        self.head = nn.Linear(config.dim, out_patch**2 * config.channels)
+        init_weights(self, config.num_layers)
+        if config.residual:  # start exactly at the bicubic upsampling
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+
+    def forward(self, low_res: Tensor) -> Tensor:
+        """``(batch, channels, h, w)`` → ``(batch, channels, h * scale, w * scale)``, not clamped.
+
+        Sides that are not multiples of ``patch_size`` are padded by replication and cropped back.
+        """
+        config = self.config
+        height, width = low_res.shape[-2:]
+        padded = _pad_to_multiple(low_res, config.patch_size)
+        hidden, (rows, cols) = self.encoder(padded)
+        out_patch = config.patch_size * config.scale
+        high_res = unpatchify(
+            self.head(hidden), out_patch, (rows * out_patch, cols * out_patch), config.channels
+        )
+        if config.residual:
+            high_res = high_res + bicubic_upsample(padded, config.scale)
+        return high_res[..., : height * config.scale, : width * config.scale]
+
+    @property
+    def alignment(self) -> tuple[int, int]:
+        """Low-resolution pixels between block boundaries: tiles starting at multiples see the same blocks."""
+        return _alignment(self.config)
+
+    @property
+    def receptive_radius(self) -> int:
+        """Low-resolution pixels beyond which an input pixel cannot change an output pixel (local2d)."""
+        return _receptive_radius(self.config)
+
+
+class ConditionalImageTransformer(nn.Module):
+    """Encoder over the low-resolution image, causal decoder with cross-attention over high-resolution tokens.
+
+    The decoder reads ``[BOS, t_0, …]`` like :class:`~multimodal.models.ImageTransformer`; position
+    ``i`` (sub-pixel ``(row, col, channel)`` of the high-resolution image) adds learned row, column
+    and channel embeddings, the encoder feature of the low-resolution patch containing it, and an
+    embedding of its bicubic estimate (quantised to ``num_levels``). Call :meth:`condition` once per
+    image, then :meth:`forward` for teacher forcing or step by step with a decoding state.
+
+    Args:
+        config: ``method="autoregressive"`` options.
+    """
+
+    def __init__(self, config: SuperResolutionConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = PatchEncoder(config)
+        decoder_config = replace(
+            config, num_layers=config.decoder_layers, cross_attention=True, context_dim=config.dim,
+            attention="local2d", local_query_shape=config.decoder_query_shape,
+            local_memory_shape=config.decoder_memory_shape,
+        )  # fmt: skip
+        low = config.crop_size // (config.scale * config.patch_size)
+        self.context_positions = PixelPositionEmbedding(config.dim, low, low, 1)
+        self.positions = PixelPositionEmbedding(
+            config.dim, config.crop_size, config.crop_size, config.channels
+        )
+        self.embedding = nn.Embedding(config.num_levels + 2, config.dim)  # levels, BOS, PAD
+        self.estimate = nn.Embedding(config.num_levels, config.dim)
+        self.feature = nn.Linear(config.dim, config.dim)
+        self.decoder = Decoder(decoder_config)
+        self.head = nn.Linear(config.dim, config.num_levels)
+        init_weights(self, config.num_layers + config.decoder_layers)
+
+    @property
+    def bos_id(self) -> int:
+        """Id that starts every high-resolution image."""
+        return self.config.num_levels
+
+    def condition(self, low_res: Tensor) -> tuple[Tensor, Tensor]:
+        """What the decoder needs of ``low_res`` ``(batch, channels, h, w)``, computed once.
+
+        Returns:
+            ``context`` ``(batch, patches, dim)`` for cross-attention and ``inputs``
+            ``(batch, seq_len, dim)``, the per-position conditioning of the
+            ``seq_len = h * scale * w * scale * channels`` high-resolution tokens. Also sets the
+            decoder's raster grid width.
+        """
+        config = self.config
+        if low_res.shape[-2] % config.patch_size or low_res.shape[-1] % config.patch_size:
+            raise ValueError(f"low-resolution sides must be multiples of patch_size={config.patch_size}")
+        hidden, (rows, cols) = self.encoder(low_res)
+        context = hidden + self.context_positions.of_grid(rows, cols)
+        height, width = low_res.shape[-2] * config.scale, low_res.shape[-1] * config.scale
+        set_grid_width(self.decoder, width * config.channels)
+        # Encoder feature of the patch each high-resolution sub-pixel lies in, in raster token order.
+        per_patch = self.feature(hidden).unflatten(1, (rows, cols))  # (b, rows, cols, dim)
+        factor = config.patch_size * config.scale
+        per_pixel = per_patch.repeat_interleave(factor, 1).repeat_interleave(factor, 2)  # (b, H, W, dim)
+        per_token = per_pixel.repeat_interleave(config.channels, 2).flatten(1, 2)  # (b, H * W * c, dim)
+        estimate = pixels_to_tokens(bicubic_upsample(low_res, config.scale), config.num_levels)
+        inputs = per_token + self.estimate(estimate) + self.positions.of_grid(height, width)
+        return context, inputs
+
+    def forward(
+        self, tokens: Tensor, condition: tuple[Tensor, Tensor], *, state: DecodingState | None = None
+    ) -> Tensor:
+        """Logits ``(batch, seq, num_levels)`` for input ids ``(batch, seq)`` (BOS first).
+
+        Args:
+            tokens: BOS, then the high-resolution intensity ids so far.
+            condition: From :meth:`condition`.
+            state: From :meth:`new_state`, for cached incremental decoding.
+        """
+        context, inputs = condition
+        offset = state.position if state is not None else 0
+        if offset + tokens.shape[1] > inputs.shape[1]:
+            raise ValueError(f"{offset + tokens.shape[1]} positions exceed the {inputs.shape[1]} sub-pixels")
+        x = self.embedding(tokens) + inputs[:, offset : offset + tokens.shape[1]]
+        return self.head(self.decoder(x, context=context, state=state))
+
+    def new_state(self) -> DecodingState:
+        """An empty decoding state; call :meth:`condition` first (it sets the grid width)."""
+        return self.decoder.new_state()
+
+    def inputs(self, tokens: Tensor) -> Tensor:
+        """Teacher-forcing inputs for intensity ids ``(batch, seq_len)``: BOS + all but the last."""
+        bos = tokens.new_full((tokens.shape[0], 1), self.bos_id)
+        return torch.cat([bos, tokens[:, :-1]], dim=1)
+
+    @property
+    def alignment(self) -> tuple[int, int]:
+        """Tiles start on whole patches (samples differ per tile anyway, so block alignment buys nothing)."""
+        return self.config.patch_size, self.config.patch_size
+
+
+def build_super_resolution(
+    config: SuperResolutionConfig,
+) -> SuperResolutionRegressor | ConditionalImageTransformer:
+    """The model ``config.method`` names."""
+    if config.method == "regression":
+        return SuperResolutionRegressor(config)
+    return ConditionalImageTransformer(config)
+
+
+def _pad_to_multiple(images: Tensor, multiple: int) -> Tensor:
+    height, width = images.shape[-2:]
+    pad_h, pad_w = -height % multiple, -width % multiple
+    if pad_h or pad_w:
+        images = F.pad(images, (0, pad_w, 0, pad_h), mode="replicate")
+    return images
+
+
+def _alignment(config: SuperResolutionConfig) -> tuple[int, int]:
+    if config.attention != "local2d":
+        return config.patch_size, config.patch_size
+    rows, cols = config.local_query_shape
+    return rows * config.patch_size, cols * config.patch_size
+
+
+def _receptive_radius(config: SuperResolutionConfig) -> int:
+    if config.attention != "local2d":
+        return 2**31 - 1  # every token sees every other
+    (rows, cols), (memory_rows, memory_cols) = config.local_query_shape, config.local_memory_shape
+    per_layer = max(rows - 1 + memory_rows, cols - 1 + memory_cols)
+    return (config.num_layers * per_layer + 1) * config.patch_size

@@ -1,0 +1,270 @@
+"""Image classification with a Vision Transformer.
+
+``multimodal fit --config configs/vit_classification.yaml`` trains on the scikit-learn digits;
+``multimodal predict --config ... --ckpt_path CKPT`` writes ``file,prediction,probability`` rows to a
+CSV (:class:`PredictionCSV`, by default ``<trainer.default_root_dir>/predictions.csv``). Every
+validation epoch leaves a confusion-matrix PNG next to the logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.callbacks import BasePredictionWriter, Timer
+from pytorch_lightning.cli import OptimizerCallable
+from torch import Tensor
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+from multimodal.models import ViT, ViTConfig
+from tasks.checkpoint import describe
+from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
+
+__all__ = ["ImageClassification", "PredictionCSV", "vit_adamw"]
+
+
+def vit_adamw(params) -> torch.optim.Optimizer:
+    """Default optimizer: AdamW(lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05), DeiT's recipe."""
+    return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
+
+
+class ImageClassification(FineTuningMixin, pl.LightningModule):
+    """Trains a :class:`~multimodal.models.ViT` with cross-entropy on ``(image, label)`` batches.
+
+    Logs ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``, ``val_top5`` (and ``test_*``);
+    accuracies come from ``torchmetrics`` and cover every image of the epoch. After each
+    validation epoch it writes ``confusion_matrix.png`` (rows: true class, columns: predicted,
+    shares of each row) to the log folder; ``test`` writes ``confusion_matrix_test.png``.
+
+    The learning rate warms up linearly for ``warmup_steps`` and then follows a cosine to
+    ``min_lr_ratio`` times its peak over the run. With ``trainer.max_time`` set, the cosine runs
+    on whichever ends first, steps or time, so a time-limited run still anneals.
+
+    Args:
+        model: ViT config; ``num_classes``, ``channels`` and ``image_size`` are linked from the
+            data module by the CLI.
+        optimizer: Called with parameter groups; weight decay skips biases, norms, the class token
+            and position parameters.
+        warmup_steps: Linear learning-rate warm-up.
+        min_lr_ratio: Final learning rate as a fraction of the peak.
+        label_smoothing: Cross-entropy label smoothing (0 turns it off).
+        class_names: Names of the classes (linked from the data), used in the CSV and the plots.
+        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
+    """
+
+    #: Data-module attribute -> init argument, linked by the CLI at instantiation.
+    data_links: ClassVar[dict[str, str]] = {
+        "num_classes": "model.num_classes",
+        "channels": "model.channels",
+        "image_size": "model.image_size",
+        "class_names": "class_names",
+    }
+
+    def __init__(
+        self,
+        model: ViTConfig | None = None,
+        optimizer: OptimizerCallable = vit_adamw,
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.0,
+        label_smoothing: float = 0.0,
+        class_names: list[str] | None = None,
+        finetune: FineTuneConfig | None = None,
+    ) -> None:
+        super().__init__()
+        config = ViTConfig(**model) if isinstance(model, dict) else (model or ViTConfig())
+        if class_names is not None and len(class_names) != config.num_classes:
+            raise ValueError(f"{len(class_names)} class_names for num_classes={config.num_classes}")
+        # Plain types only, so checkpoints load with torch.load(weights_only=True).
+        self.save_hyperparameters({
+            "model": asdict(config), "warmup_steps": warmup_steps, "min_lr_ratio": min_lr_ratio,
+            "label_smoothing": label_smoothing, "class_names": None if class_names is None else list(class_names),
+            "finetune": finetune_hparams(finetune),
+        })  # fmt: skip
+        self.config = config
+        self.model = ViT(config)
+        self.configure_finetuning(finetune)
+        self.optimizer_factory = optimizer
+        self.warmup_steps, self.min_lr_ratio, self.label_smoothing = (
+            warmup_steps,
+            min_lr_ratio,
+            label_smoothing,
+        )
+        self.class_names = list(class_names) if class_names else [str(i) for i in range(config.num_classes)]
+        classes = config.num_classes
+        self.metrics = torch.nn.ModuleDict({
+            f"{stage}_{name}": MulticlassAccuracy(classes, top_k=k, average="micro")
+            for stage in ("val", "test") for name, k in (("acc", 1), ("top5", min(5, classes)))
+        })  # fmt: skip
+        self.confusion = torch.nn.ModuleDict({
+            stage: MulticlassConfusionMatrix(classes) for stage in ("val", "test")
+        })  # fmt: skip
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``."""
+        return self.model(images)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        images, labels = batch
+        logits = self.model(images)
+        loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
+        self.log("train_loss", loss, prog_bar=True)
+        self.log("train_acc", (logits.argmax(-1) == labels).float().mean(), on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def _evaluate(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
+        images, labels = batch
+        logits = self.model(images).float()
+        self.log(f"{stage}_loss", F.cross_entropy(logits, labels), prog_bar=stage == "val")
+        for name in ("acc", "top5"):
+            metric = self.metrics[f"{stage}_{name}"]
+            metric.update(logits, labels)
+            self.log(f"{stage}_{name}", metric, prog_bar=name == "acc")
+        self.confusion[stage].update(logits, labels)
+
+    def on_validation_epoch_end(self) -> None:
+        self._write_confusion("val", "confusion_matrix.png")
+
+    def on_test_epoch_end(self) -> None:
+        self._write_confusion("test", "confusion_matrix_test.png")
+
+    def _write_confusion(self, stage: str, filename: str) -> None:
+        matrix = self.confusion[stage].compute().cpu()
+        self.confusion[stage].reset()
+        if self.trainer.sanity_checking or not self.trainer.is_global_zero:
+            return
+        folder = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        save_confusion_matrix(matrix, self.class_names, folder / filename)
+
+    def predict_step(self, batch: tuple[Tensor, list[str]] | None, batch_idx: int) -> dict[str, Any] | None:
+        """``{"file", "prediction", "probability"}`` for a batch of ``(images, names)``."""
+        if batch is None:  # every file of the batch was unreadable
+            return None
+        images, names = batch
+        probability, prediction = torch.softmax(self.model(images).float(), dim=-1).max(dim=-1)
+        return {"file": list(names), "prediction": prediction.cpu(), "probability": probability.cpu()}
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """Adds a :class:`PredictionCSV` writer unless the trainer already has one."""
+        if any(isinstance(callback, PredictionCSV) for callback in self.trainer.callbacks):
+            return []
+        return [PredictionCSV()]
+
+    def configure_optimizers(self):
+        optimizer = self.finetuning_optimizer(self.optimizer_factory, no_decay=self.model.no_weight_decay())
+        steps = float(self.trainer.estimated_stepping_batches)
+        total = int(steps) if math.isfinite(steps) else None
+        warmup = min(self.warmup_steps, total // 2) if total else self.warmup_steps
+        timer = next((c for c in self.trainer.callbacks if isinstance(c, Timer)), None)
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / (warmup + 1)
+            progress = (step - warmup) / max(total - warmup, 1) if total else 0.0
+            if timer is not None and timer.time_remaining() is not None:
+                elapsed = timer.time_elapsed()
+                progress = max(progress, elapsed / max(elapsed + timer.time_remaining(), 1e-9))
+            cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+            return self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine
+
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Marks the checkpoint as ours so :func:`tasks.checkpoint.load_task` rebuilds it."""
+        checkpoint["multimodal"] = describe(self, None)
+
+    @staticmethod
+    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+        """Classifiers do not generate; says what to run instead."""
+        parser.exit(2, "an image classification checkpoint does not generate; classify images with "
+                       "`multimodal predict --config CONFIG --ckpt_path CKPT [--data.init_args.predict_dir DIR]`\n")  # fmt: skip
+
+
+class PredictionCSV(BasePredictionWriter):
+    """Writes ``file,prediction,probability`` rows (class name, its softmax probability) during ``predict``.
+
+    Args:
+        path: The CSV file; None: ``<trainer.default_root_dir>/predictions.csv``. Single process.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        super().__init__(write_interval="batch")
+        self.path = None if path is None else Path(path)
+        self.rows = 0
+
+    def output_path(self, trainer: pl.Trainer) -> Path:
+        return self.path if self.path is not None else Path(trainer.default_root_dir) / "predictions.csv"
+
+    def on_predict_start(self, trainer: pl.Trainer, task: pl.LightningModule) -> None:
+        path = self.output_path(trainer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as file:
+            csv.writer(file).writerow(["file", "prediction", "probability"])
+        self.rows = 0
+
+    def write_on_batch_end(
+        self, trainer, task, prediction, batch_indices, batch, batch_idx, dataloader_idx
+    ) -> None:
+        if prediction is None:
+            return
+        names = getattr(task, "class_names", None)
+        with self.output_path(trainer).open("a", newline="") as file:
+            writer = csv.writer(file)
+            for name, label, probability in zip(
+                prediction["file"],
+                prediction["prediction"].tolist(),
+                prediction["probability"].tolist(),
+                strict=True,
+            ):
+                writer.writerow([name, names[label] if names else label, f"{probability:.6f}"])
+                self.rows += 1
+
+    def on_predict_end(self, trainer: pl.Trainer, task: pl.LightningModule) -> None:
+        print(f"wrote {self.rows} predictions to {self.output_path(trainer)}")
+
+
+def save_confusion_matrix(matrix: Tensor, class_names: list[str], path: Path) -> Path:
+    """Plots a ``(classes, classes)`` count matrix as a PNG: row shares as colours, counts as text.
+
+    Args:
+        matrix: ``matrix[true, predicted]`` counts.
+        class_names: Axis labels.
+        path: Where to write the PNG (folders are created).
+    """
+    from matplotlib.figure import Figure
+
+    counts = matrix.double()
+    shares = counts / counts.sum(dim=1, keepdim=True).clamp(min=1)
+    size = len(class_names)
+    side = min(max(4.0, 0.45 * size + 2), 16.0)
+    figure = Figure(figsize=(side, side), dpi=100)
+    axes = figure.add_subplot()
+    axes.imshow(shares.numpy(), cmap="Blues", vmin=0, vmax=1)
+    if size <= 30:
+        axes.set_xticks(range(size), class_names, rotation=90)
+        axes.set_yticks(range(size), class_names)
+        for (true, predicted), count in zip(torch.cartesian_prod(torch.arange(size), torch.arange(size)).tolist(),
+                                            counts.flatten().tolist(), strict=True):  # fmt: skip
+            if count:
+                color = "white" if shares[true, predicted] > 0.5 else "black"
+                axes.text(predicted, true, f"{int(count)}", ha="center", va="center", fontsize=7, color=color)
+    total = counts.sum().item()
+    accuracy = counts.diagonal().sum().item() / max(total, 1)
+    axes.set(xlabel="predicted", ylabel="true", title=f"accuracy {accuracy:.4f} on {int(total)} images")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    return path

@@ -1,0 +1,91 @@
+"""``multimodal convert gpt2|timm-vit`` and ``multimodal export``: weights in our export format.
+
+The export format (``blocks.safetensors`` + ``config.json`` [+ ``tokenizer.json``], see
+:mod:`multimodal.convert.blocks`) is what a task's ``finetune.init_from`` takes::
+
+    multimodal convert gpt2 --hf-dir path/to/gpt2 --out outputs/gpt2_converted
+    multimodal convert timm-vit --weights vit_base_patch16_224.safetensors --out outputs/vit_converted
+    multimodal export --checkpoint outputs/text_lm/checkpoints/last.ckpt --out outputs/text_blocks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tasks.cli import command
+
+
+@command(
+    "convert", "GPT-2 / timm ViT weights -> our export format: multimodal convert {gpt2,timm-vit} --help"
+)
+def convert_command(argv: list[str]) -> None:
+    """``multimodal convert``: converts weights already on disk (nothing is downloaded)."""
+    parser = argparse.ArgumentParser(prog="multimodal convert", description=convert_command.__doc__)
+    kinds = parser.add_subparsers(dest="kind", required=True)
+    gpt2 = kinds.add_parser(
+        "gpt2",
+        help="a Hugging Face GPT-2 folder (config.json + model.safetensors or pytorch_model.bin)",
+        description="Writes blocks.safetensors + config.json + tokenizer.json; init_from: OUT loads them.",
+    )
+    gpt2.add_argument("--hf-dir", type=Path, required=True, help="the Hugging Face GPT-2 folder")
+    gpt2.add_argument("--out", type=Path, required=True, help="output folder")
+    vit = kinds.add_parser(
+        "timm-vit",
+        help="a timm vit_* state dict (.safetensors, or .pth read with weights_only=True)",
+        description="Writes blocks.safetensors + config.json; init_from: OUT loads them.",
+    )
+    vit.add_argument("--weights", type=Path, required=True, help="the state dict file")
+    vit.add_argument("--out", type=Path, required=True, help="output folder")
+    vit.add_argument(
+        "--model-name", default=None, help="timm name, e.g. vit_base_patch16_224 (gives the heads)"
+    )
+    vit.add_argument(
+        "--num-heads", type=int, default=None, help="attention heads (not visible in the weights)"
+    )
+    vit.add_argument(
+        "--image-size", type=int, nargs="+", default=None, help="H [W]; default: read off pos_embed"
+    )
+    args = parser.parse_args(argv)
+    if args.kind == "gpt2":
+        from multimodal.convert.gpt2 import convert_gpt2
+
+        out = convert_gpt2(args.hf_dir, args.out)
+    else:
+        from multimodal.convert.timm_vit import convert_timm_vit
+
+        size = None if args.image_size is None else (args.image_size * 2)[:2]
+        out = convert_timm_vit(args.weights, args.out, num_heads=args.num_heads, model_name=args.model_name,
+                               image_size=None if size is None else tuple(size))  # fmt: skip
+    _print_summary(out)
+
+
+@command(
+    "export", "a trained checkpoint's blocks -> safetensors: multimodal export --checkpoint CKPT --out DIR"
+)
+def export_command(argv: list[str]) -> None:
+    """``multimodal export``: writes a task checkpoint's model as blocks.safetensors + config.json.
+
+    LoRA adapters are merged into the weights; the tokenizer stored in the checkpoint (if any) is
+    written as tokenizer.json. The folder is what ``finetune.init_from`` takes.
+    """
+    parser = argparse.ArgumentParser(prog="multimodal export", description=export_command.__doc__)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="a .ckpt written by `multimodal fit`")
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    args = parser.parse_args(argv)
+    if not args.checkpoint.is_file():
+        parser.error(f"checkpoint not found: {args.checkpoint}")
+    from multimodal.convert.blocks import export_blocks
+    from tasks.checkpoint import load_task
+
+    task, tokenizer = load_task(args.checkpoint)
+    out = export_blocks(task.model, args.out, tokenizer=tokenizer,
+                        metadata={"exported_from": str(args.checkpoint), "task": type(task).__name__})  # fmt: skip
+    _print_summary(out)
+
+
+def _print_summary(out: Path) -> None:
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    counts = ", ".join(f"{len(names)} {part} tensors" for part, names in meta["parts"].items())
+    print(f"wrote {out}: {meta['model_class']} ({counts}); use it with finetune.init_from: {out}")

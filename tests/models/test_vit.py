@@ -1,0 +1,112 @@
+"""ViT: presets, pooling, timm-compatible layout, resizing positions on load, clear errors."""
+
+import pytest
+import torch
+
+from multimodal.models import VIT_PRESETS, ViT, ViTConfig
+from multimodal.models.vit import resample_positions
+
+
+def micro(**overrides) -> ViTConfig:
+    return ViTConfig.from_preset(
+        "micro", **{"image_size": 8, "patch_size": 2, "channels": 1, "num_classes": 10, **overrides}
+    )
+
+
+@pytest.mark.parametrize("name", sorted(VIT_PRESETS))
+def test_every_preset_builds_and_classifies(name):
+    config = ViTConfig.from_preset(name, image_size=32, patch_size=16, num_classes=7)
+    model = ViT(config).eval()
+    with torch.no_grad():
+        logits = model(torch.rand(2, 3, 32, 32))
+    assert logits.shape == (2, 7) and torch.isfinite(logits).all()
+    assert config.grid_size == (2, 2) and config.max_seq_len == 1 + 4 and config.norm_eps == 1e-6
+
+
+def test_standard_sizes_match_timm_vit_tiny_parameter_for_parameter():
+    timm = pytest.importorskip("timm")
+    reference = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    ours = ViT(ViTConfig.from_preset("tiny", num_classes=1000))
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
+    theirs = dict(reference.named_parameters())
+    mine = dict(ours.named_parameters())
+    assert mine["encoder.blocks.0.attention.to_qkv.weight"].shape == theirs["blocks.0.attn.qkv.weight"].shape
+    assert mine["encoder.blocks.0.ff.up.weight"].shape == theirs["blocks.0.mlp.fc1.weight"].shape
+    assert mine["encoder.positions.weight"].shape == theirs["pos_embed"].shape[1:]
+    assert mine["cls_token"].shape == theirs["cls_token"].shape
+    assert mine["patch_embed.weight"].numel() == theirs["patch_embed.proj.weight"].numel()
+    assert ours.encoder.norm.eps == reference.norm.eps == 1e-6
+    assert [VIT_PRESETS[n]["dim"] for n in ("tiny", "small", "base")] == [192, 384, 768]
+
+
+@pytest.mark.parametrize("position", ["learned", "relative2d"])
+def test_pooling_and_feature_shapes(position):
+    with_cls = ViT(micro(position=position, pooling="cls"))
+    mean = ViT(micro(position=position, pooling="mean"))
+    images = torch.rand(3, 1, 8, 8)
+    assert with_cls.forward_features(images).shape == (3, 1 + 16, 64)
+    assert mean.forward_features(images).shape == (3, 16, 64) and mean.cls_token is None
+    features = mean.forward_features(images)
+    torch.testing.assert_close(mean.forward_head(features, pre_logits=True), features.mean(1))
+    torch.testing.assert_close(with_cls.forward_head(with_cls.forward_features(images)), with_cls(images))
+
+
+def test_positions_make_the_model_see_where_patches_are():
+    images = torch.rand(2, 1, 8, 8)
+    moved = torch.roll(images, shifts=2, dims=-1)  # the same patches, one patch column further right
+    for position in ("learned", "relative2d", "none"):
+        torch.manual_seed(0)
+        model = ViT(micro(position=position, pooling="mean")).eval()
+        if position == "relative2d":  # the offset tables start tiny; make them matter
+            for block in model.encoder.blocks:
+                block.attention.relative_2d.rows.data.normal_(0, 1)
+        same = torch.allclose(model(images), model(moved), atol=1e-5)
+        assert same == (position == "none"), position  # without positions, a ViT is permutation-blind
+
+
+def test_state_dict_of_another_image_size_loads_with_resampled_positions():
+    small = ViT(micro(position="learned"))
+    large = ViT(micro(position="learned", image_size=16))
+    large.load_state_dict(small.state_dict())
+    old, new = small.encoder.positions.weight, large.encoder.positions.weight
+    assert new.shape == (1 + 64, 64)
+    torch.testing.assert_close(new[0], old[0])  # the class token's embedding is kept
+    expected = resample_positions(old.detach(), (4, 4), (8, 8), num_prefix_tokens=1)
+    torch.testing.assert_close(new, expected)
+    assert torch.isfinite(large(torch.rand(1, 1, 16, 16))).all()
+
+
+def test_relative2d_state_dict_of_another_image_size_loads_with_resampled_tables():
+    small = ViT(micro(position="relative2d"))
+    large = ViT(micro(position="relative2d", image_size=(12, 16)))
+    large.load_state_dict(small.state_dict())
+    rows = large.encoder.blocks[0].attention.relative_2d.rows
+    cols = large.encoder.blocks[0].attention.relative_2d.cols
+    assert rows.shape == (4, 2 * 6 - 1, 16) and cols.shape == (4, 2 * 8 - 1, 16)
+    torch.testing.assert_close(rows[:, 5], small.encoder.blocks[0].attention.relative_2d.rows[:, 3])
+    assert large(torch.rand(1, 1, 12, 16)).shape == (1, 10)
+
+
+def test_resampling_keeps_constant_embeddings_constant():
+    weight = torch.cat([torch.randn(1, 5), torch.full((9, 5), 0.3)])
+    resized = resample_positions(weight, (3, 3), (5, 4), num_prefix_tokens=1)
+    assert resized.shape == (1 + 20, 5)
+    torch.testing.assert_close(resized[1:], torch.full((20, 5), 0.3))
+    assert resample_positions(weight, (3, 3), (3, 3), 1) is weight
+
+
+def test_weight_decay_skips_tokens_positions_norms_and_biases():
+    skip = ViT(micro(position="relative2d")).no_weight_decay() | ViT(micro()).no_weight_decay()
+    assert {"cls_token", "encoder.positions.weight", "encoder.norm.weight", "head.bias"} <= skip
+    assert "encoder.blocks.0.attention.relative_2d.rows" in skip
+    assert "encoder.blocks.0.attention.to_qkv.weight" not in skip and "patch_embed.weight" not in skip
+
+
+def test_wrong_inputs_and_sizes_say_how_to_fix():
+    model = ViT(micro())
+    with pytest.raises(ValueError, match=r"expected images \(batch, 1, 8, 8\).*ViTConfig.image_size"):
+        model(torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match="not a multiple of patch_size=3"):
+        micro(patch_size=3)
+    with pytest.raises(ValueError, match="unknown ViT preset"):
+        ViTConfig.from_preset("huge")

@@ -1,0 +1,150 @@
+"""Image classification task: links from the data, CLI fit, checkpoints, predict CSV, confusion matrix."""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from PIL import Image
+
+from multimodal.data.fetch import DatasetNotFoundError, default_cache_dir
+from tasks.checkpoint import load_task
+from tasks.classification import ImageClassification
+from tasks.cli import MultimodalCLI, main, task_class_from_args
+from tasks.datamodules import ImageClassificationDataModule
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+VIT = [
+    "--config",
+    str(CONFIGS / "vit_classification.yaml"),
+    "--config",
+    str(CONFIGS / "vit_classification_tiny.yaml"),
+]
+RUN = Path("outputs/vit_classification")  # where the config writes, relative to the working folder
+
+
+@pytest.fixture
+def vit_args(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # every output of the run lands in tmp_path
+    return VIT
+
+
+def test_config_names_the_task_and_links_sizes_from_the_data(vit_args):
+    assert task_class_from_args(["fit", *vit_args]) is ImageClassification
+    stale = "--model.init_args.model.num_classes=12"  # a value given anyway is replaced by the data's
+    cli = MultimodalCLI([*vit_args, stale], data_links=ImageClassification.data_links, run=False)
+    config = cli.model.config
+    assert (config.num_classes, config.channels, config.image_size) == (10, 1, 8)  # from the digits
+    assert cli.model.class_names == [str(d) for d in range(10)]
+    assert config.grid_size == (4, 4) and config.dim == 32  # the tiny override won over the base config
+
+
+def test_cli_fit_checkpoint_reload_predict(vit_args, tmp_path):
+    cli = MultimodalCLI(["fit", *vit_args], data_links=ImageClassification.data_links)
+    run = tmp_path / RUN
+    last = run / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    assert list(run.glob("logs/version_0/confusion_matrix.png")), "no confusion matrix after validation"
+    assert (run / "logs/version_0/confusion_matrix.png").stat().st_size > 5000
+
+    # Reload without unpickling: load_from_checkpoint and load_task give the trained model's logits.
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["multimodal"]["task"] == "tasks.classification.ImageClassification"
+    reloaded = ImageClassification.load_from_checkpoint(last).eval()
+    task, tokenizer = load_task(last)
+    trained = cli.model.eval()
+    images = torch.stack([cli.datamodule.split("test")[i][0] for i in range(8)])
+    with torch.no_grad():
+        expected = trained(images)
+        torch.testing.assert_close(reloaded(images), expected)
+        torch.testing.assert_close(task(images), expected)
+    assert tokenizer is None and task.class_names == [str(d) for d in range(10)]
+
+    # predict: one row per test image (2 batches of 16 in the tiny config) with the model's answer.
+    main(["predict", *vit_args, f"--ckpt_path={last}"])
+    with (run / "predictions.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 32 and list(rows[0]) == ["file", "prediction", "probability"]
+    test_split = cli.datamodule.split("test")
+    for row in rows[:5]:
+        index = int(row["file"].rsplit("/", 1)[1])
+        assert row["file"] == f"digits/test/{index}"
+        with torch.no_grad():
+            probabilities = torch.softmax(trained(test_split[index][0][None]), -1)[0]
+        assert row["prediction"] == str(int(probabilities.argmax()))
+        assert float(row["probability"]) == pytest.approx(float(probabilities.max()), abs=1e-5)
+
+
+def test_predict_on_a_folder_skips_a_corrupt_file_and_names_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "mine"
+    (folder / "sub").mkdir(parents=True)
+    for index in range(3):
+        Image.fromarray(np.full((20, 20), 40 * index, dtype=np.uint8)).save(folder / "sub" / f"{index}.png")
+    (folder / "broken.png").write_bytes(b"not a png" * 20)
+    task = ImageClassification(
+        {
+            "image_size": 8,
+            "patch_size": 2,
+            "channels": 1,
+            "num_classes": 10,
+            "dim": 16,
+            "num_layers": 1,
+            "num_heads": 2,
+        }
+    )
+    data = ImageClassificationDataModule(predict_dir=str(folder), image_size=8, channels=1)
+    trainer = pl.Trainer(logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path / "out"))
+    with pytest.warns(UserWarning, match=r"broken\.png"):
+        trainer.predict(task, datamodule=data)
+    with (tmp_path / "out" / "predictions.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert sorted(Path(row["file"]).name for row in rows) == ["0.png", "1.png", "2.png"]
+
+
+def test_data_module_reads_sizes_from_the_data_and_augments_training_only():
+    data = ImageClassificationDataModule(
+        "digits", image_size=16, augmentation=[{"name": "RandomHorizontalFlip", "p": 1.0}]
+    )
+    assert (data.num_classes, data.channels, data.image_size) == (10, 1, 16)
+    plain = ImageClassificationDataModule("digits", image_size=16)
+    assert torch.equal(data.split("val")[0][0], plain.split("val")[0][0])
+    assert torch.equal(data.split("train")[0][0], plain.split("train")[0][0].flip(-1))
+
+
+def test_missing_fashion_mnist_says_how_to_get_it(tmp_path):
+    data = ImageClassificationDataModule("fashion_mnist", root=str(tmp_path))
+    with pytest.raises(DatasetNotFoundError, match="multimodal data fashion-mnist"):
+        _ = data.num_classes
+
+
+def test_generate_on_a_classifier_points_to_predict(vit_args, tmp_path, capsys):
+    task = ImageClassification({"image_size": 8, "patch_size": 2, "channels": 1, "num_classes": 3, "dim": 16,
+                                "num_layers": 1, "num_heads": 2})  # fmt: skip
+    trainer = pl.Trainer(logger=False, max_epochs=0)
+    trainer.strategy.connect(task)
+    path = tmp_path / "classifier.ckpt"
+    trainer.save_checkpoint(path)
+    with pytest.raises(SystemExit):
+        main(["generate", "--checkpoint", str(path)])
+    assert "multimodal predict" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    not (default_cache_dir() / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte").is_file(),
+    reason="Fashion-MNIST not fetched (multimodal data fashion-mnist)",
+)
+def test_fashion_mnist_config_builds_its_model_from_the_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "--config",
+        str(CONFIGS / "vit_classification.yaml"),
+        "--config",
+        str(CONFIGS / "vit_fashion_mnist.yaml"),
+    ]
+    cli = MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
+    config = cli.model.config
+    assert (config.num_classes, config.channels, config.image_size, config.grid_size) == (10, 1, 28, (4, 4))
+    assert cli.model.class_names[0] == "T-shirt/top" and cli.trainer.max_epochs == 100
