@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128, help="Transformer width = LSTM embedding width")
     parser.add_argument("--layers", type=int, default=4, help="Transformer blocks")
     parser.add_argument("--lstm-layers", type=int, default=2)
+    parser.add_argument("--position", default="learned", choices=["learned", "relative", "sinusoidal"])
     parser.add_argument("--transformer-lr", type=float, nargs="+", default=[2e-3])
     parser.add_argument("--lstm-lr", type=float, nargs="+", default=[3e-3])
     parser.add_argument("--warmup", type=int, default=30)
@@ -76,7 +77,7 @@ def main() -> None:
             minutes = (time.perf_counter() - start) / 60
             nll = validation_nll(model, val, args.val_windows, args.batch_size)
             detail = (
-                f"{args.layers} x {args.dim}"
+                f"{args.layers} x {args.dim}, {args.position}"
                 if name == "transformer"
                 else f"{args.lstm_layers} x hidden {hidden}"
             )
@@ -148,10 +149,10 @@ def validation_nll(model: nn.Module, data, num_windows: int, batch_size: int) ->
 
 
 def transformer(vocab_size: int, args: argparse.Namespace) -> nn.Module:
-    """Our CausalLM: learned positions, GELU (tanh), no dropout (the run is far from over-fitting)."""
+    """Our CausalLM: ``--position`` positions, GELU (tanh), no dropout (the run is far from over-fitting)."""
     config = CausalLMConfig(
         vocab_size=vocab_size, dim=args.dim, num_layers=args.layers, num_heads=max(args.dim // 32, 1),
-        ff_dim=4 * args.dim, max_seq_len=args.seq_len, position="learned", dropout=0.0,
+        ff_dim=4 * args.dim, max_seq_len=args.seq_len, position=args.position, dropout=0.0,
         activation="gelu_tanh",
     )  # fmt: skip
     return CausalLM(config)

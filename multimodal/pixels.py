@@ -15,7 +15,6 @@ result equals the untiled one (no seams by construction); smaller overlaps still
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -129,7 +128,7 @@ def upscale(
     Args:
         model: A super-resolution model (eval mode is set for the call).
         low_res: ``(channels, h, w)`` in ``[0, 1]``.
-        tile: Tile side in low-resolution pixels. Default: 128 (regression), ``crop_size // scale``
+        tile: Tile side in low-resolution pixels. Default: 256 (regression), ``crop_size // scale``
             (autoregressive: its position tables cover the training crop).
         overlap: Low-resolution pixels shared by neighbouring tiles. Default: regression
             ``min(4 * receptive_radius, tile // 2)``, autoregressive ``tile // 4``.
@@ -142,22 +141,17 @@ def upscale(
     config = model.config
     autoregressive = isinstance(model, ConditionalImageTransformer)
     if tile is None:
-        tile = config.crop_size // config.scale if autoregressive else 128
+        tile = config.crop_size // config.scale if autoregressive else 256
     if overlap is None:
         overlap = tile // 4 if autoregressive else min(4 * model.receptive_radius, tile // 2)
-    if autoregressive:
-        upscale_tiles: Callable[[Tensor], Tensor] = lambda tiles: sample_high_res(model, tiles, **sampling)  # noqa: E731
-    else:
-        upscale_tiles = lambda tiles: model(tiles).clamp(0, 1)  # noqa: E731
     was_training = model.training
     model.eval()
     scale, (height, width) = config.scale, low_res.shape[-2:]
     align_rows, align_cols = model.alignment
     row_starts = tile_starts(height, tile, overlap, align_rows)
     col_starts = tile_starts(width, tile, overlap, align_cols)
-    groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(
-        list
-    )  # tiles of one size batch together
+    # Tiles of one size run as one batch.
+    groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     for top in row_starts:
         for left in col_starts:
             groups[min(tile, height - top), min(tile, width - left)].append((top, left))
@@ -167,7 +161,8 @@ def upscale(
                for i in range(0, len(corners), batch_size)]  # fmt: skip
     for (tile_h, tile_w), corners in tqdm(batches, disable=not progress, desc="upscaling", unit="batch"):
         tiles = torch.stack([low_res[:, top : top + tile_h, left : left + tile_w] for top, left in corners])
-        for (top, left), high in zip(corners, upscale_tiles(tiles), strict=True):
+        high_res = sample_high_res(model, tiles, **sampling) if autoregressive else model(tiles).clamp(0, 1)
+        for (top, left), high in zip(corners, high_res, strict=True):
             weight = (
                 blend_weights(row_starts, top, tile_h, tile, scale, low_res)[:, None]
                 * blend_weights(col_starts, left, tile_w, tile, scale, low_res)[None, :]

@@ -127,7 +127,8 @@ def image_grid(images, nrow: int | None = None, padding: int = 2, pixel_scale: i
     height, width = height * pixel_scale, width * pixel_scale
     nrow = nrow or int(np.ceil(np.sqrt(count)))
     rows = -(-count // nrow)
-    grid = np.full((rows * (height + padding) + padding, nrow * (width + padding) + padding, 3), 255, np.uint8)
+    shape = (rows * (height + padding) + padding, nrow * (width + padding) + padding, 3)
+    grid = np.full(shape, 255, np.uint8)
     for index in range(count):
         top = padding + (index // nrow) * (height + padding)
         left = padding + (index % nrow) * (width + padding)

@@ -25,8 +25,10 @@ same for columns gives ``(b, h, rows, cols, cols)``, and a broadcast sum fills t
 ``(b, h, N, N)`` float bias that :func:`multimodal.layers.attend.attend` hands to
 ``scaled_dot_product_attention``. The largest temporary is that bias, which SDPA needs anyway.
 
-A model trained on one grid is moved to another by :func:`resample_offset_table` (linear
-interpolation of each table along the offset axis, as ViTDet does).
+The offset tables start at ``N(0, INIT_STD²)``, far larger than the usual 0.02, because in a ViT they
+are the only position information (see :data:`INIT_STD`). A model trained on one grid is moved to
+another by :func:`resample_offset_table` (linear interpolation of each table along the offset axis,
+as ViTDet does).
 
 Einops legend: ``b`` batch, ``h`` heads, ``r``/``c`` query row/column, ``k`` key row or column,
 ``d`` head_dim.
@@ -42,6 +44,12 @@ from einops import rearrange
 from torch import Tensor, nn
 
 __all__ = ["RelativePosition2D", "offset_index", "resample_offset_table"]
+
+INIT_STD = 0.5
+"""Standard deviation of the initial offset embeddings: about the scale of the keys they are added to
+(``0.02 * sqrt(dim)`` is 0.23-0.55 for ``dim`` 128-768). With the 0.02 of the 1D tables, a ViT
+without absolute positions spent its first thousand steps nearly position-blind (digits: 0.31
+instead of 0.70 validation accuracy after 13 epochs)."""
 
 
 class RelativePosition2D(nn.Module):
@@ -66,8 +74,8 @@ class RelativePosition2D(nn.Module):
             raise ValueError(f"grid_size must be (rows, cols) with both >= 1, got {tuple(grid_size)}")
         self.grid_size = (int(num_rows), int(num_cols))
         self.scale = 1.0 / math.sqrt(head_dim)
-        self.rows = nn.Parameter(torch.randn(num_heads, 2 * num_rows - 1, head_dim) * 0.02)
-        self.cols = nn.Parameter(torch.randn(num_heads, 2 * num_cols - 1, head_dim) * 0.02)
+        self.rows = nn.Parameter(torch.randn(num_heads, 2 * num_rows - 1, head_dim) * INIT_STD)
+        self.cols = nn.Parameter(torch.randn(num_heads, 2 * num_cols - 1, head_dim) * INIT_STD)
         self.prefix = nn.Parameter(torch.zeros(num_heads, 3))
         self.register_buffer("row_index", offset_index(num_rows), persistent=False)
         self.register_buffer("col_index", offset_index(num_cols), persistent=False)
@@ -89,22 +97,19 @@ class RelativePosition2D(nn.Module):
         grid_q = rearrange(q[..., num_prefix:, :] * self.scale, "b h (r c) d -> b h r c d", r=num_rows)
         by_row = torch.einsum("bhrcd,hrkd->bhrck", grid_q, self.rows[:, self.row_index])
         by_col = torch.einsum("bhrcd,hckd->bhrck", grid_q, self.cols[:, self.col_index])
-        grid = by_row[..., :, None] + by_col[..., None, :]  # (b, h, r, c, key row, key col)
-        grid = rearrange(grid, "b h r c kr kc -> b h (r c) (kr kc)")
-        if num_prefix == 0:
-            return grid
-        batch, heads, length = q.shape[0], q.shape[1], q.shape[-2]
-        to_grid, from_grid, among = (self.prefix[:, i].to(grid.dtype).view(1, heads, 1, 1) for i in range(3))
-        grid_len = length - num_prefix
-        top = torch.cat(
-            [
-                among.expand(batch, heads, num_prefix, num_prefix),
-                to_grid.expand(batch, heads, num_prefix, grid_len),
-            ],
-            dim=-1,
+        bias = q.new_empty(*q.shape[:-1], q.shape[-2])  # (b, h, seq, seq), filled in place below
+        grid = (
+            bias[..., num_prefix:, num_prefix:]
+            .unflatten(-1, (num_rows, num_cols))
+            .unflatten(-3, (num_rows, num_cols))
         )
-        bottom = torch.cat([from_grid.expand(batch, heads, grid_len, num_prefix), grid], dim=-1)
-        return torch.cat([top, bottom], dim=-2)
+        grid.copy_(by_row[..., :, None].expand_as(grid)).add_(by_col[..., None, :])  # (b, h, r, c, kr, kc)
+        if num_prefix:
+            to_grid, from_grid, among = (self.prefix[:, i].to(q.dtype)[:, None, None] for i in range(3))
+            bias[..., :num_prefix, num_prefix:] = to_grid
+            bias[..., num_prefix:, :num_prefix] = from_grid
+            bias[..., :num_prefix, :num_prefix] = among
+        return bias
 
     def extra_repr(self) -> str:
         return f"grid_size={self.grid_size}"

@@ -49,7 +49,7 @@ def _inputs(batch, heads, length, head_dim, seed=0):
 def _position(heads, head_dim, grid, seed=0):
     torch.manual_seed(seed)
     position = RelativePosition2D(heads, head_dim, grid).double()
-    with torch.no_grad():  # make every part of the tables matter (they start small, the prefix at zero)
+    with torch.no_grad():  # make every part matter (the prefix biases start at zero)
         position.rows.normal_(0, 0.5)
         position.cols.normal_(0, 0.5)
         position.prefix.normal_(0, 1.0)

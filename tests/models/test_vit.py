@@ -16,17 +16,19 @@ def micro(**overrides) -> ViTConfig:
 @pytest.mark.parametrize("name", sorted(VIT_PRESETS))
 def test_every_preset_builds_and_classifies(name):
     config = ViTConfig.from_preset(name, image_size=32, patch_size=16, num_classes=7)
-    model = ViT(config).eval()
-    with torch.no_grad():
+    device = "cpu" if name in ("micro", "tiny") else "meta"  # the big ones: shapes only, no weights
+    with torch.device(device):
+        model = ViT(config).eval()
         logits = model(torch.rand(2, 3, 32, 32))
-    assert logits.shape == (2, 7) and torch.isfinite(logits).all()
+    assert logits.shape == (2, 7) and (device == "meta" or torch.isfinite(logits).all())
     assert config.grid_size == (2, 2) and config.max_seq_len == 1 + 4 and config.norm_eps == 1e-6
 
 
 def test_standard_sizes_match_timm_vit_tiny_parameter_for_parameter():
     timm = pytest.importorskip("timm")
-    reference = timm.create_model("vit_tiny_patch16_224", pretrained=False)
-    ours = ViT(ViTConfig.from_preset("tiny", num_classes=1000))
+    with torch.device("meta"):  # shapes only
+        reference = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+        ours = ViT(ViTConfig.from_preset("tiny", num_classes=1000))
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
     theirs = dict(reference.named_parameters())
     mine = dict(ours.named_parameters())
@@ -57,9 +59,6 @@ def test_positions_make_the_model_see_where_patches_are():
     for position in ("learned", "relative2d", "none"):
         torch.manual_seed(0)
         model = ViT(micro(position=position, pooling="mean")).eval()
-        if position == "relative2d":  # the offset tables start tiny; make them matter
-            for block in model.encoder.blocks:
-                block.attention.relative_2d.rows.data.normal_(0, 1)
         same = torch.allclose(model(images), model(moved), atol=1e-5)
         assert same == (position == "none"), position  # without positions, a ViT is permutation-blind
 

@@ -13,7 +13,12 @@ from tasks.image_generation import ImageGeneration
 from tasks.super_resolution import SuperResolution
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-GENERATION = ["--config", str(CONFIGS / "image_generation.yaml"), "--config", str(CONFIGS / "image_generation_tiny.yaml")]
+GENERATION = [
+    "--config",
+    str(CONFIGS / "image_generation.yaml"),
+    "--config",
+    str(CONFIGS / "image_generation_tiny.yaml"),
+]
 SUPER_RESOLUTION = [
     "--config", str(CONFIGS / "super_resolution.yaml"), "--config", str(CONFIGS / "super_resolution_tiny.yaml"),
 ]  # fmt: skip
@@ -33,7 +38,13 @@ def test_configs_name_the_tasks_and_link_image_sizes_from_the_data():
     assert task_class_from_args(["fit", *SUPER_RESOLUTION]) is SuperResolution
     cli = MultimodalCLI(GENERATION, data_links=ImageGeneration.data_links, run=False)
     config = cli.model.config
-    assert (config.height, config.width, config.channels, config.num_levels, config.num_classes) == (8, 8, 1, 17, 10)
+    assert (config.height, config.width, config.channels, config.num_levels, config.num_classes) == (
+        8,
+        8,
+        1,
+        17,
+        10,
+    )
     assert config.local_grid_width == 8 and config.dim == 16  # derived; the tiny override won
     cli = MultimodalCLI(
         [*SUPER_RESOLUTION, "--data.init_args.scale=4"], data_links=SuperResolution.data_links, run=False
@@ -53,7 +64,9 @@ def test_image_generation_fit_reload_and_generate(tmp_path):
     fresh = ImageGeneration(model=task.hparams["model"]).eval()
     fresh.load_state_dict(torch.load(last, weights_only=True)["state_dict"])
     tokens, labels = torch.randint(0, 17, (2, 64)), torch.tensor([3, 7])
-    torch.testing.assert_close(task(task.model.inputs(tokens), labels), fresh(fresh.model.inputs(tokens), labels))
+    torch.testing.assert_close(
+        task(task.model.inputs(tokens), labels), fresh(fresh.model.inputs(tokens), labels)
+    )
 
     out = tmp_path / "samples"
     main(["generate", "--checkpoint", str(last), "--num-samples", "3", "--out", str(out), "--seed", "0"])
