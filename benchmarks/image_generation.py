@@ -44,18 +44,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--grid", type=Path, default=ROOT / "docs/images/digits_samples.png")
     parser.add_argument("--set", nargs="*", default=[], help="model overrides, e.g. dim=64 dropout=0.1")
+    parser.add_argument("--lr", type=float, default=None, help="override the config's learning rate")
+    parser.add_argument("--batch-size", type=int, default=None, help="override the config's batch size")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pl.seed_everything(0, verbose=False)
 
     baseline, alpha = independent_pixel_baseline()
-    data = PixelDataModule("digits")
-    task = build_task(args.config, data, args.set)
+    config = yaml.safe_load(args.config.read_text())
+    batch_size = args.batch_size or config["data"]["init_args"]["batch_size"]
+    data = PixelDataModule("digits", batch_size=batch_size)
+    task = build_task(config, data, args.set, args.lr)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = pl.callbacks.ModelCheckpoint(dirpath=folder, monitor="val_bpd")
-        trainer = pl.Trainer(max_epochs=args.epochs, logger=False, callbacks=[checkpoint, _Progress()], gradient_clip_val=1.0,
-                             enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+        trainer = pl.Trainer(max_epochs=args.epochs, logger=False, callbacks=[checkpoint, _Progress()],
+                             gradient_clip_val=1.0, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
         trainer.fit(task, data)
         seconds = time.perf_counter() - started
         ours = trainer.test(task, data, ckpt_path="best", verbose=False)[0]["test_bpd"]
@@ -64,7 +68,8 @@ def main() -> None:
     image_grid_png(samples, args.grid, nrow=10)
     parameters = sum(p.numel() for p in task.model.parameters())
 
-    print(f"\ndigits test split (360 images, 8x8, 17 levels), bits per dimension; {args.epochs} epochs "
+    print(f"\ndigits test split (360 images, 8x8, 17 levels), bits per dimension; {args.epochs} epochs of "
+          f"batch {batch_size}, lr {args.lr or config['model']['init_args']['optimizer']['init_args']['lr']} "
           f"in {seconds / 60:.1f} min on {args.threads} threads, {parameters / 1e3:.0f} k parameters\n")  # fmt: skip
     print("| model | test bits/dim | ratio to baseline |")
     print("|---|---|---|")
@@ -91,16 +96,16 @@ def independent_pixel_baseline() -> tuple[float, float]:
     return bits(alpha, "test"), alpha
 
 
-def build_task(config_path: Path, data: PixelDataModule, overrides: list[str]) -> ImageGeneration:
+def build_task(config: dict, data: PixelDataModule, overrides: list[str], lr: float | None) -> ImageGeneration:
     """The task of the YAML config, with the data's sizes linked in as the CLI does."""
-    init = yaml.safe_load(config_path.read_text())["model"]["init_args"]
+    init = config["model"]["init_args"]
     model = dict(init["model"])
     for override in overrides:
         key, value = override.split("=", 1)
         model[key] = yaml.safe_load(value)
     model.update(height=data.height, width=data.width, channels=data.channels, num_levels=data.num_levels,
                  num_classes=data.num_classes)  # fmt: skip
-    optimizer_args = init["optimizer"]["init_args"]
+    optimizer_args = {**init["optimizer"]["init_args"], **({"lr": lr} if lr else {})}
     return ImageGeneration(
         model=ImageTransformerConfig(**model),
         optimizer=lambda params: torch.optim.AdamW(params, **optimizer_args),

@@ -52,6 +52,20 @@ def test_configs_name_the_tasks_and_link_image_sizes_from_the_data():
     assert (cli.model.config.scale, cli.model.config.crop_size) == (4, 16)
 
 
+@pytest.mark.parametrize(
+    "extra,task",
+    [
+        ("image_generation_fashion_mnist.yaml", ImageGeneration),
+        ("super_resolution_autoregressive.yaml", SuperResolution),
+    ],
+)
+def test_shipped_override_configs_parse_and_build(extra, task):
+    base = "image_generation.yaml" if task is ImageGeneration else "super_resolution.yaml"
+    args = ["--config", str(CONFIGS / base), "--config", str(CONFIGS / extra)]
+    cli = MultimodalCLI(args, data_links=task.data_links, run=False)
+    assert isinstance(cli.model, task) and cli.model.config.attention == "local2d"
+
+
 def test_image_generation_fit_reload_and_generate(tmp_path):
     main(["fit", *GENERATION])
     run = tmp_path / "outputs/image_generation"
