@@ -18,8 +18,9 @@ Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest)
     alternate between the models and the ratio to timm is the median over rounds. Train = forward,
     backward and an AdamW step; eval = forward under ``torch.inference_mode``.
 
-Every training run and the throughput run happen in a fresh subprocess with 2 threads. Run it
-under the shared lock so concurrent jobs do not distort the timings::
+Every training run and the throughput run happen in a fresh subprocess with 2 threads and
+``OMP_WAIT_POLICY=PASSIVE`` (unless set otherwise). Run it under the shared lock so concurrent jobs do
+not distort the timings::
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py            # all (about 35 min)
     flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections digits throughput
@@ -52,6 +53,9 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        # Idle OpenMP threads sleep instead of spinning: on cores shared with other jobs, spinning
+        # threads made the same step 3-5x slower. Set before torch loads its OpenMP runtime.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         job = json.loads(args.worker)
         print(json.dumps(WORKERS[job.pop("kind")](**job)))
         return

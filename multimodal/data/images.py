@@ -236,7 +236,7 @@ def _image_folder_split(
 
 
 class PixelArray(Dataset):
-    """``(uint8 (channels, height, width) tensor, label)`` items read straight from a torchvision set's pixel array.
+    """``(uint8 (channels, height, width), label)`` items read straight from a torchvision set's pixels.
 
     torchvision's MNIST/CIFAR classes return a PIL image per item; skipping that round trip halves
     the per-image cost of the pipeline (the pixels are the same).

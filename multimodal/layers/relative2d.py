@@ -116,7 +116,7 @@ class RelativePosition2D(nn.Module):
 
 
 def offset_index(size: int) -> Tensor:
-    """``(size, size)`` table rows of the offsets ``key - query`` along one axis: ``[q, k] = k - q + size - 1``."""
+    """Table rows ``(size, size)`` of the offsets ``key - query`` on one axis: ``k - q + size - 1``."""
     positions = torch.arange(size)
     return positions[None, :] - positions[:, None] + size - 1
 

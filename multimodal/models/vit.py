@@ -64,7 +64,7 @@ class ViT(nn.Module):
         return self.forward_head(self.forward_features(images))
 
     def forward_features(self, images: Tensor) -> Tensor:
-        """Normalised tokens ``(batch, prefix + num_patches, dim)`` of images ``(batch, channels, height, width)``."""
+        """Normalised tokens ``(batch, prefix + num_patches, dim)`` of images ``(batch, c, h, w)``."""
         self._check(images)
         tokens = self.patch_embed(patchify(images, self.config.patch_size))  # (b, num_patches, dim)
         if self.cls_token is not None:
@@ -102,9 +102,9 @@ class ViT(nn.Module):
         expected = (self.config.channels, height, width)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(
-                f"expected images (batch, {', '.join(map(str, expected))}), got {tuple(images.shape)}; resize "
-                f"them, or build the ViT for their size (ViTConfig.image_size, channels): a state dict "
-                f"trained at another size loads by interpolating its positions"
+                f"expected images (batch, {', '.join(map(str, expected))}), got {tuple(images.shape)}; "
+                f"resize them, or build the ViT for their size (ViTConfig.image_size, channels): a state "
+                f"dict trained at another size loads by interpolating its positions"
             )
 
 
@@ -146,9 +146,9 @@ def _resample_position_parameters(module: ViT, state_dict: dict[str, Any], prefi
             side = math.isqrt(max(num_grid, 0))
             if side * side != num_grid:
                 raise ValueError(
-                    f"cannot tell the grid of {num_grid} position embeddings in {key} (not a square); resample "
-                    f"them with multimodal.models.vit.resample_positions(weight, old_grid, {new_grid}, "
-                    f"{module.num_prefix_tokens}) before loading"
+                    f"cannot tell the grid of {num_grid} position embeddings in {key} (not a square); "
+                    f"resample them with multimodal.models.vit.resample_positions(weight, old_grid, "
+                    f"{new_grid}, {module.num_prefix_tokens}) before loading"
                 )
             state_dict[key] = resample_positions(weight, (side, side), new_grid, module.num_prefix_tokens)
     for name in list(state_dict):
