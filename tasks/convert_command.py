@@ -73,6 +73,8 @@ def export_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="multimodal export", description=export_command.__doc__)
     parser.add_argument("--checkpoint", type=Path, required=True, help="a .ckpt written by `multimodal fit`")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--stack", default=None,
+                        help="two-stack models (conditional super-resolution): export `encoder` or `decoder`")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.checkpoint.is_file():
         parser.error(f"checkpoint not found: {args.checkpoint}")
@@ -80,8 +82,11 @@ def export_command(argv: list[str]) -> None:
     from tasks.checkpoint import load_task
 
     task, tokenizer = load_task(args.checkpoint)
-    out = export_blocks(task.model, args.out, tokenizer=tokenizer,
-                        metadata={"exported_from": str(args.checkpoint), "task": type(task).__name__})  # fmt: skip
+    try:
+        out = export_blocks(task.model, args.out, tokenizer=tokenizer, stack=args.stack,
+                            metadata={"exported_from": str(args.checkpoint), "task": type(task).__name__})  # fmt: skip
+    except ValueError as error:
+        parser.error(str(error))
     _print_summary(out)
 
 

@@ -42,6 +42,9 @@ class FineTuneConfig:
         init_from: An export folder (``multimodal export`` / ``multimodal convert``), a
             ``blocks.safetensors`` file or a task ``.ckpt``; None trains from scratch.
         init_select: Parts copied from it: ``blocks``, ``embeddings``, ``head``, or ``blocks[:k]``.
+        init_stack: Models with two Transformer stacks (conditional super-resolution): the one
+            that receives the blocks, ``encoder`` or ``decoder`` (also the one read from a
+            multi-stack ``.ckpt``). Single-stack models leave it None.
         strict: Every selected tensor must exist with the right shape (position tables are
             resized); False skips what does not fit.
         freeze: Parameters to freeze: parts (``embeddings``, ``blocks[:2]``), globs over
@@ -54,6 +57,7 @@ class FineTuneConfig:
 
     init_from: str | None = None
     init_select: list[str] = field(default_factory=lambda: ["blocks", "embeddings", "head"])
+    init_stack: str | None = None
     strict: bool = True
     freeze: list[str] = field(default_factory=list)
     unfreeze: list[str] = field(default_factory=list)
@@ -113,8 +117,10 @@ class FineTuningMixin:
         if self.finetune is None or self.finetune.init_from is None or self._pretrained_loaded:
             return
         spec = self.finetune
-        report = load_blocks(self.model, spec.init_from, spec.init_select, strict=spec.strict)
-        selected = set(select_names(self.model, spec.init_select))
+        report = load_blocks(
+            self.model, spec.init_from, spec.init_select, strict=spec.strict, stack=spec.init_stack
+        )
+        selected = set(select_names(self.model, spec.init_select, spec.init_stack))
         self._pretrained_names = {name for name in report.loaded if name in selected}
         self._pretrained_loaded = True
         rank_zero_info(f"init_from {spec.init_from} ({', '.join(spec.init_select)}): {report}")

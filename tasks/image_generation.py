@@ -25,12 +25,13 @@ from multimodal.models.image_transformer import ImageTransformer
 from multimodal.pixels import sample_images
 from multimodal.tokenizers.image import PixelTokenizer
 from multimodal.viz import image_grid, image_grid_png
-from tasks.causal_lm import adamw, decay_groups
+from tasks.causal_lm import adamw
 from tasks.checkpoint import describe
+from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
 
 
-class ImageGeneration(pl.LightningModule):
+class ImageGeneration(FineTuningMixin, pl.LightningModule):
     """Trains an :class:`~multimodal.models.image_transformer.ImageTransformer` with cross-entropy per sub-pixel.
 
     Batches are ``(tokens, labels)`` from :class:`~tasks.datamodules.PixelDataModule`. Logs
@@ -47,6 +48,7 @@ class ImageGeneration(pl.LightningModule):
         num_samples: Images in the validation sample grid (0: none).
         sample_every_n_epochs: How often to sample.
         sample_temperature: Temperature of the grid's samples.
+        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
     """
 
     #: Data-module attribute -> init argument, linked by the CLI at instantiation.
@@ -66,6 +68,7 @@ class ImageGeneration(pl.LightningModule):
         num_samples: int = 16,
         sample_every_n_epochs: int = 1,
         sample_temperature: float = 1.0,
+        finetune: FineTuneConfig | None = None,
     ) -> None:
         super().__init__()
         config = (
@@ -77,9 +80,11 @@ class ImageGeneration(pl.LightningModule):
         self.save_hyperparameters({
             "model": asdict(config), "warmup_steps": warmup_steps, "num_samples": num_samples,
             "sample_every_n_epochs": sample_every_n_epochs, "sample_temperature": sample_temperature,
+            "finetune": finetune_hparams(finetune),
         })  # fmt: skip
         self.config = config
         self.model = ImageTransformer(config)
+        self.configure_finetuning(finetune)
         self.optimizer_factory = optimizer
         self.warmup_steps = warmup_steps
         self.num_samples, self.sample_every_n_epochs = num_samples, sample_every_n_epochs
@@ -155,7 +160,7 @@ class ImageGeneration(pl.LightningModule):
             self.logger.experiment.add_image("samples", grid, self.global_step, dataformats="HWC")
 
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(decay_groups(self.model))
+        optimizer = self.finetuning_optimizer(self.optimizer_factory)  # decay on matrices, pretrained lr scaled
         return {
             "optimizer": optimizer,
             "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps),

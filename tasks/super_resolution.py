@@ -29,12 +29,13 @@ from multimodal.models.super_resolution import bicubic_upsample, build_super_res
 from multimodal.pixels import sample_high_res, upscale
 from multimodal.tokenizers.image import pixels_to_tokens
 from multimodal.viz import side_by_side_png
-from tasks.causal_lm import adamw, decay_groups
+from tasks.causal_lm import adamw
 from tasks.checkpoint import describe
+from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
 
 
-class SuperResolution(pl.LightningModule):
+class SuperResolution(FineTuningMixin, pl.LightningModule):
     """Trains a super-resolution model on ``(low_res, high_res)`` crops and scores it against bicubic.
 
     ``model.method="regression"``: L1 loss; every validation crop is upscaled. ``"autoregressive"``:
@@ -51,6 +52,9 @@ class SuperResolution(pl.LightningModule):
         warmup_steps: Linear warm-up, then cosine decay to 10 % (by steps or ``max_time``).
         sample_temperature: Autoregressive: temperature of validation and default generation samples.
         num_val_samples: Autoregressive: validation crops sampled for PSNR / SSIM.
+        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`);
+            the autoregressive model has two stacks, so ``finetune.init_stack`` says which one
+            (``encoder`` or ``decoder``) receives the blocks.
     """
 
     #: Data-module attribute -> init argument, linked by the CLI at instantiation.
@@ -67,6 +71,7 @@ class SuperResolution(pl.LightningModule):
         warmup_steps: int = 100,
         sample_temperature: float = 0.8,
         num_val_samples: int = 4,
+        finetune: FineTuneConfig | None = None,
     ) -> None:
         super().__init__()
         config = (
@@ -75,10 +80,11 @@ class SuperResolution(pl.LightningModule):
         # Plain types only, so checkpoints load with torch.load(weights_only=True).
         self.save_hyperparameters({
             "model": asdict(config), "warmup_steps": warmup_steps, "sample_temperature": sample_temperature,
-            "num_val_samples": num_val_samples,
+            "num_val_samples": num_val_samples, "finetune": finetune_hparams(finetune),
         })  # fmt: skip
         self.config = config
         self.model = build_super_resolution(config)
+        self.configure_finetuning(finetune)
         self.optimizer_factory = optimizer
         self.warmup_steps = warmup_steps
         self.sample_temperature, self.num_val_samples = sample_temperature, num_val_samples
@@ -166,7 +172,7 @@ class SuperResolution(pl.LightningModule):
                              folder / f"epoch_{self.trainer.current_epoch}.png", pixel_scale=4)  # fmt: skip
 
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(decay_groups(self.model))
+        optimizer = self.finetuning_optimizer(self.optimizer_factory)  # decay on matrices, pretrained lr scaled
         return {
             "optimizer": optimizer,
             "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps),

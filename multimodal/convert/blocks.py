@@ -8,7 +8,9 @@ An export is a folder with two files (no pickle anywhere)::
 
 Names in the file do not depend on what the stack was called in the model that wrote it: the one
 :class:`~multimodal.layers.TransformerStack` of a model (``decoder`` of a ``CausalLM``, ``encoder``
-of a ViT) is written as ``stack``. Every tensor belongs to one part:
+of a ViT) is written as ``stack``. A model with two stacks (the conditional super-resolution
+Image Transformer: ``encoder`` and ``decoder``) exports one of them, named with ``stack=``; the
+other stack's tensors are left out. Every tensor belongs to one part:
 
 * ``blocks``: ``stack.blocks.*`` and the final ``stack.norm.*`` (relative position tables live in
   the blocks' attention and travel with them);
@@ -104,18 +106,37 @@ class LoadReport:
 
 
 # ---------------------------------------------------------------------------------------- naming
-def stack_name(model: nn.Module) -> str:
-    """Attribute path of the model's one :class:`~multimodal.layers.TransformerStack`."""
+def stack_name(model: nn.Module, stack: str | None = None) -> str:
+    """Attribute path of the model's :class:`~multimodal.layers.TransformerStack` that holds its blocks.
+
+    Args:
+        model: Any model built from the shared blocks.
+        stack: For a model with several stacks (the super-resolution encoder-decoder), which one:
+            its attribute path (``decoder``, ``encoder.encoder``) or the unique first part of it
+            (``encoder``). May be None for a single-stack model.
+
+    Raises:
+        ValueError: If the model has several stacks and ``stack`` does not name exactly one.
+    """
+    outer = _outer_stacks(model)
+    if stack is None:
+        if len(outer) != 1:
+            raise ValueError(
+                f"{type(model).__name__} has {len(outer)} Transformer stacks ({outer}); say which one holds "
+                f"the blocks: `multimodal export --stack NAME`, finetune.init_stack: NAME or stack=NAME"
+            )
+        return outer[0]
+    chosen = [name for name in outer if name == stack or name.startswith(stack + ".")]
+    if len(chosen) != 1:
+        raise ValueError(f"stack {stack!r} names {len(chosen)} of the stacks {outer} of {type(model).__name__}")
+    return chosen[0]
+
+
+def _outer_stacks(model: nn.Module) -> list[str]:
     stacks = [name for name, module in model.named_modules() if isinstance(module, TransformerStack)]
-    outer = [
+    return [
         name for name in stacks if not any(name.startswith(other + ".") for other in stacks if other != name)
     ]
-    if len(outer) != 1:
-        raise ValueError(
-            f"{type(model).__name__} has {len(outer)} Transformer stacks ({outer}); export/import of blocks "
-            f"works on single-stack models (CausalLM, ViT)"
-        )
-    return outer[0]
 
 
 def part_of(export_name: str) -> str:
@@ -129,22 +150,27 @@ def part_of(export_name: str) -> str:
     return "embeddings"
 
 
-def export_names(model: nn.Module) -> dict[str, str]:
-    """Model state-dict name -> export name, for every entry (tied duplicates included; no LoRA adapters)."""
-    stack = stack_name(model)
+def export_names(model: nn.Module, stack: str | None = None) -> dict[str, str]:
+    """Model state-dict name -> export name, for every entry (tied duplicates included; no LoRA adapters).
+
+    With several stacks, ``stack`` (see :func:`stack_name`) is written as ``stack``; the tensors of
+    the other stacks belong to no part and are left out.
+    """
+    stack = stack_name(model, stack)
+    others = tuple(f"{name}." for name in _outer_stacks(model) if name != stack)
     names = {}
     for name in model.state_dict():
-        if name.rsplit(".", 1)[-1] in ("lora_a", "lora_b"):
+        if name.rsplit(".", 1)[-1] in ("lora_a", "lora_b") or name.startswith(others):
             continue
         names[name] = STACK + name[len(stack) :] if name == stack or name.startswith(stack + ".") else name
     return names
 
 
-def select_names(model: nn.Module, select: Iterable[str]) -> dict[str, str]:
+def select_names(model: nn.Module, select: Iterable[str], stack: str | None = None) -> dict[str, str]:
     """:func:`export_names` restricted to the parts in ``select``; also accepts ``blocks[:k]`` slices."""
     wanted = list(select)
     chosen = {}
-    for name, exported in export_names(model).items():
+    for name, exported in export_names(model, stack).items():
         if any(in_selection(exported, item) for item in wanted):
             chosen[name] = exported
     return chosen
@@ -171,6 +197,7 @@ def export_blocks(
     *,
     tokenizer: Any | None = None,
     metadata: dict[str, Any] | None = None,
+    stack: str | None = None,
 ) -> Path:
     """Writes ``blocks.safetensors`` + ``config.json`` (+ ``tokenizer.json``) for ``model``.
 
@@ -178,10 +205,11 @@ def export_blocks(
     head is written once, as the token embedding, and recorded as ``"tied_head": true``.
 
     Args:
-        model: A single-stack model with a dataclass ``config`` (``CausalLM``, ViT).
+        model: A model with a dataclass ``config`` (``CausalLM``, ViT, Image Transformer, ...).
         out_dir: Folder to write (created).
         tokenizer: Anything with ``save(path)``; written as ``tokenizer.json``.
         metadata: Extra JSON-serialisable entries for ``config.json`` (e.g. where it came from).
+        stack: Which stack of a multi-stack model to export as the blocks (see :func:`stack_name`).
 
     Returns:
         The folder.
@@ -192,7 +220,8 @@ def export_blocks(
     out.mkdir(parents=True, exist_ok=True)
     state = model.state_dict()
     tensors, seen, tied = {}, {}, []
-    for name, exported in export_names(model).items():
+    stack = stack_name(model, stack)
+    for name, exported in export_names(model, stack).items():
         tensor = state[name]
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
         if key in seen:
@@ -200,13 +229,13 @@ def export_blocks(
             continue
         seen[key] = exported
         tensors[exported] = tensor.detach().to("cpu").contiguous()
-    stack = model.get_submodule(stack_name(model))
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "model_class": type(model).__name__,
         "model": _config_dict(getattr(model, "config", None)),
-        "causal": bool(getattr(stack, "causal", False)),
+        "stack": stack,
+        "causal": bool(getattr(model.get_submodule(stack), "causal", False)),
         "tied": {name: target for name, target in tied},
         "parts": {part: sorted(n for n in tensors if part_of(n) == part) for part in PARTS},
         **(metadata or {}),
@@ -218,11 +247,12 @@ def export_blocks(
     return out
 
 
-def read_export(source: str | os.PathLike[str]) -> Export:
+def read_export(source: str | os.PathLike[str], stack: str | None = None) -> Export:
     """Reads an export folder, a ``.safetensors`` file (config.json beside it, if any) or a task ``.ckpt``.
 
     Checkpoints are read with ``torch.load(weights_only=True)``; their model weights (``model.*``)
-    are renamed to export names on the fly.
+    are renamed to export names on the fly. ``stack`` picks the stack of a multi-stack checkpoint
+    (as in :func:`stack_name`); export files hold one stack already.
     """
     path = Path(source)
     if path.is_dir():
@@ -237,7 +267,7 @@ def read_export(source: str | os.PathLike[str]) -> Export:
             f"init_from={str(source)!r} does not exist; give an export folder, a .safetensors or a .ckpt"
         )
     if path.suffix == ".ckpt":
-        return _read_checkpoint(path)
+        return _read_checkpoint(path, stack)
     if path.suffix != ".safetensors":
         raise ValueError(f"{path}: expected an export folder, a .safetensors file or a Lightning .ckpt")
     with safe_open(str(path), framework="pt") as handle:
@@ -249,7 +279,7 @@ def read_export(source: str | os.PathLike[str]) -> Export:
     return Export(tensors, meta.get("model", {}), str(path), meta.get("causal"))
 
 
-def _read_checkpoint(path: Path) -> Export:
+def _read_checkpoint(path: Path, stack: str | None) -> Export:
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     state = {
         name[len("model.") :]: t
@@ -263,12 +293,19 @@ def _read_checkpoint(path: Path) -> Export:
             f"{path} has LoRA adapters: merge them first with `multimodal export --checkpoint {path} --out DIR` "
             f"and set init_from: DIR"
         )
-    stacks = {match[1] for name in state if (match := re.match(r"(\w+)\.blocks\.\d+\.", name))}
-    if len(stacks) != 1:
-        raise ValueError(f"{path}: cannot tell the Transformer stack among {sorted(stacks)}; export it first")
-    stack = stacks.pop()
+    stacks = sorted({match[1] for name in state if (match := re.match(r"([\w.]+?)\.blocks\.\d+\.", name))})
+    chosen = [name for name in stacks if stack is None or name == stack or name.startswith(stack + ".")]
+    if len(chosen) != 1:
+        raise ValueError(
+            f"{path}: cannot tell which Transformer stack among {stacks} holds the blocks; "
+            f"name one (finetune.init_stack / stack=) or export it first with `multimodal export --stack NAME`"
+        )
+    stack = chosen[0]
+    others = tuple(f"{name}." for name in stacks if name != stack)
     tensors = {
-        (STACK + name[len(stack) :] if name.startswith(stack + ".") else name): t for name, t in state.items()
+        (STACK + name[len(stack) :] if name.startswith(stack + ".") else name): t
+        for name, t in state.items()
+        if not name.startswith(others)
     }
     config = checkpoint.get("hyper_parameters", {}).get("model", {})
     return Export(tensors, config if isinstance(config, dict) else {}, str(path), None)
@@ -281,15 +318,18 @@ def load_blocks(
     select: Sequence[str] = ("blocks",),
     *,
     strict: bool = True,
+    stack: str | None = None,
 ) -> LoadReport:
     """Copies the selected parts of an export into ``model`` (in place, under ``torch.no_grad``).
 
     Args:
-        model: A single-stack model (``CausalLM``, ViT), possibly with LoRA adapters (they stay as they are).
+        model: A model built from the shared blocks, possibly with LoRA adapters (they stay as they are).
         source: An export folder, ``.safetensors`` file, task ``.ckpt``, or an :class:`Export`.
         select: Parts to load: ``blocks``, ``embeddings``, ``head``, or ``blocks[:k]`` for the first k blocks.
         strict: Raise on any missing / unexpected / mismatched tensor or block-shaping config field,
             listing all of them; False loads what fits and reports the rest in ``skipped``.
+        stack: The stack of a multi-stack ``model`` that receives the blocks (and, when ``source``
+            is a multi-stack checkpoint, the one read from it); see :func:`stack_name`.
 
     Returns:
         A :class:`LoadReport` (``loaded`` names are what :mod:`multimodal.finetune` treats as pretrained).
@@ -297,8 +337,8 @@ def load_blocks(
     Raises:
         ValueError: With every mismatch, and how to fix it.
     """
-    export = source if isinstance(source, Export) else read_export(source)
-    wanted = select_names(model, select)
+    export = source if isinstance(source, Export) else read_export(source, stack)
+    wanted = select_names(model, select, stack)
     target_config = _config_dict(getattr(model, "config", None))
     state = model.state_dict()
     problems, planned = [], {}
