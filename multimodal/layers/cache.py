@@ -78,12 +78,15 @@ class DecodingState:
         layers: One self-attention :class:`KVCache` per block.
         cross: Per block, the projected encoder keys/values (computed once), or None.
         position: Number of tokens already decoded (the absolute position of the next one).
+        memo: Tensors a model derives once per generation and reuses every step (the language
+            model keeps a transposed copy of its output matrix here).
     """
 
     def __init__(self, num_layers: int, window: int | None = None) -> None:
         self.layers = [KVCache(window) for _ in range(num_layers)]
         self.cross: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
         self.position = 0
+        self.memo: dict[str, Tensor] = {}
 
     def reorder(self, index: Tensor) -> None:
         """Keeps batch rows ``index`` (beam search, dropping finished samples)."""
