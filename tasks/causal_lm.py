@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from multimodal.models import CausalLM, CausalLMConfig
 from tasks.checkpoint import describe
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
+from tasks.optim import warmup_cosine
 
 IGNORE_INDEX = -100
 """Target id the loss skips (``F.cross_entropy``'s default); never a real token id."""
@@ -42,7 +43,8 @@ class CausalLMTask(FineTuningMixin, pl.LightningModule):
     Args:
         model: Model config; ``vocab_size`` is linked from the data module by the CLI.
         optimizer: Called with parameter groups; weight decay applies to 2-D weights only.
-        warmup_steps: Linear learning-rate warm-up, then cosine decay to 10% over the run.
+        warmup_steps: Linear learning-rate warm-up, then cosine decay to 10% over the run (by steps,
+            or by the clock when `trainer.max_time` ends the run first).
         pad_id: Padding id ignored by the loss; None when batches hold no padding.
         finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
     """
@@ -140,17 +142,7 @@ class CausalLMTask(FineTuningMixin, pl.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.finetuning_optimizer(self.optimizer_factory)  # decay_groups' rule, pretrained lr scaled
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
-        warmup = min(self.warmup_steps, total // 2)
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            progress = min((step - warmup) / max(total - warmup, 1), 1.0)
-            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return {"optimizer": optimizer, "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps)}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Stores the task's class and the data's tokenizer so a checkpoint is self-contained."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,7 +17,7 @@ from typing import Any, ClassVar
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from pytorch_lightning.callbacks import BasePredictionWriter, Timer
+from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
@@ -26,6 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from multimodal.models import ViT, ViTConfig
 from tasks.checkpoint import describe
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
+from tasks.optim import warmup_cosine
 
 __all__ = ["ImageClassification", "PredictionCSV", "vit_adamw"]
 
@@ -173,23 +173,8 @@ class ImageClassification(FineTuningMixin, pl.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.finetuning_optimizer(self.optimizer_factory, no_decay=self.model.no_weight_decay())
-        steps = float(self.trainer.estimated_stepping_batches)
-        total = int(steps) if math.isfinite(steps) else None
-        warmup = min(self.warmup_steps, total // 2) if total else self.warmup_steps
-        timer = next((c for c in self.trainer.callbacks if isinstance(c, Timer)), None)
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            progress = (step - warmup) / max(total - warmup, 1) if total else 0.0
-            if timer is not None and timer.time_remaining() is not None:
-                elapsed = timer.time_elapsed()
-                progress = max(progress, elapsed / max(elapsed + timer.time_remaining(), 1e-9))
-            cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-            return self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine
-
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        schedule = warmup_cosine(optimizer, self.trainer, self.warmup_steps, self.min_lr_ratio)
+        return {"optimizer": optimizer, "lr_scheduler": schedule}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Marks the checkpoint as ours so :func:`tasks.checkpoint.load_task` rebuilds it."""

@@ -1,4 +1,4 @@
-"""Learning-rate schedule shared by the image tasks: linear warm-up, then cosine decay.
+"""Learning-rate schedule shared by every task: linear warm-up, then cosine decay.
 
 The decay follows whichever budget ends the run first: the step count Lightning estimates, or the
 wall-clock ``max_time`` (a :class:`~pytorch_lightning.callbacks.Timer`), so a time-bounded run
