@@ -9,7 +9,13 @@ from torch import Tensor, nn
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sine/cosine embeddings of Vaswani et al. 2017; defined for any position.
+    """Sine/cosine embeddings of Vaswani et al. 2017 times a learned gain; defined for any position.
+
+    The table's entries are of size 1 while token embeddings start at about 0.02 (GPT-2's
+    initialisation), so unscaled positions would drown the tokens at the start of training (on
+    the chorales the vanilla Transformer then reached only 4.38 nats/event in 600 steps). The gain
+    starts at ``dim ** -0.5`` (each position vector then has a norm of about 0.7) and is learned,
+    as in x-transformers' scaled sinusoidal embedding.
 
     Args:
         dim: Embedding width (even).
@@ -21,13 +27,14 @@ class SinusoidalPositions(nn.Module):
         if dim % 2:
             raise ValueError(f"sinusoidal positions need an even dim, got {dim}")
         self.dim = dim
+        self.gain = nn.Parameter(torch.tensor(dim**-0.5))
         self.register_buffer("table", self._table(max_seq_len), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Embeddings of positions ``offset .. offset + length - 1``, ``(length, dim)``."""
         if offset + length > self.table.shape[0]:
             self.table = self._table(2 * (offset + length)).to(self.table.device)
-        return self.table[offset : offset + length]
+        return self.gain * self.table[offset : offset + length]
 
     def _table(self, length: int) -> Tensor:
         position = torch.arange(length, dtype=torch.float32)[:, None]
