@@ -17,7 +17,7 @@ from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor, nn
 
 from multimodal.models import CausalLM, CausalLMConfig
-from tasks.checkpoint import describe
+from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
 
@@ -30,7 +30,7 @@ def adamw(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.98), weight_decay=0.01)
 
 
-class CausalLMTask(FineTuningMixin, pl.LightningModule):
+class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
     """Trains a :class:`~multimodal.models.CausalLM` with next-token cross-entropy.
 
     Batches are ``(batch, seq_len + 1)`` token ids; position ``t`` predicts ``t + 1``. Targets equal
@@ -143,11 +143,6 @@ class CausalLMTask(FineTuningMixin, pl.LightningModule):
     def configure_optimizers(self):
         optimizer = self.finetuning_optimizer(self.optimizer_factory)  # decay_groups' rule, pretrained lr scaled
         return {"optimizer": optimizer, "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps)}
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Stores the task's class and the data's tokenizer so a checkpoint is self-contained."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        checkpoint["multimodal"] = describe(self, getattr(datamodule, "tokenizer", None))
 
 
 def decay_groups(model: nn.Module) -> list[dict[str, Any]]:

@@ -15,6 +15,18 @@ from typing import Any
 import torch
 
 
+class SelfContainedCheckpoint:
+    """Mixin for our ``LightningModule`` s: each checkpoint records the task class and the data's tokenizer.
+
+    The data module's ``tokenizer`` attribute (MIDI events, BPE, pixel levels) is stored when it
+    has one, so ``multimodal generate`` / :func:`load_task` need nothing but the checkpoint.
+    """
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        checkpoint["multimodal"] = describe(self, getattr(datamodule, "tokenizer", None))
+
+
 def describe(task: Any, tokenizer: Any | None) -> dict[str, str]:
     """The ``"multimodal"`` checkpoint entry for ``task`` (and its data's tokenizer, if any)."""
     entry = {"task": _path_of(type(task))}

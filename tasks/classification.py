@@ -23,7 +23,7 @@ from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from multimodal.models import ViT, ViTConfig
-from tasks.checkpoint import describe
+from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
 
@@ -35,7 +35,7 @@ def vit_adamw(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
 
 
-class ImageClassification(FineTuningMixin, pl.LightningModule):
+class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
     """Trains a :class:`~multimodal.models.ViT` with cross-entropy on ``(image, label)`` batches.
 
     Logs ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``, ``val_top5`` (and ``test_*``);
@@ -175,10 +175,6 @@ class ImageClassification(FineTuningMixin, pl.LightningModule):
         optimizer = self.finetuning_optimizer(self.optimizer_factory, no_decay=self.model.no_weight_decay())
         schedule = warmup_cosine(optimizer, self.trainer, self.warmup_steps, self.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": schedule}
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Marks the checkpoint as ours so :func:`tasks.checkpoint.load_task` rebuilds it."""
-        checkpoint["multimodal"] = describe(self, None)
 
     @staticmethod
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:

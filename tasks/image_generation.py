@@ -26,12 +26,12 @@ from multimodal.pixels import sample_images
 from multimodal.tokenizers.image import PixelTokenizer
 from multimodal.viz import image_grid, image_grid_png
 from tasks.causal_lm import adamw
-from tasks.checkpoint import describe
+from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
 
 
-class ImageGeneration(FineTuningMixin, pl.LightningModule):
+class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
     """Trains an :class:`~multimodal.models.image_transformer.ImageTransformer` with cross-entropy per sub-pixel.
 
     Batches are ``(tokens, labels)`` from :class:`~tasks.datamodules.PixelDataModule`. Logs
@@ -165,11 +165,6 @@ class ImageGeneration(FineTuningMixin, pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps),
         }
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Stores the task's class and the data's tokenizer so a checkpoint is self-contained."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        checkpoint["multimodal"] = describe(self, getattr(datamodule, "tokenizer", None))
 
     # ----------------------------------------------------------------------------------------------
     # multimodal generate

@@ -11,7 +11,7 @@ import argparse
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import pytorch_lightning as pl
@@ -30,12 +30,12 @@ from multimodal.pixels import sample_high_res, upscale
 from multimodal.tokenizers.image import pixels_to_tokens
 from multimodal.viz import side_by_side_png
 from tasks.causal_lm import adamw
-from tasks.checkpoint import describe
+from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
 
 
-class SuperResolution(FineTuningMixin, pl.LightningModule):
+class SuperResolution(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
     """Trains a super-resolution model on ``(low_res, high_res)`` crops and scores it against bicubic.
 
     ``model.method="regression"``: L1 loss; every validation crop is upscaled. ``"autoregressive"``:
@@ -177,10 +177,6 @@ class SuperResolution(FineTuningMixin, pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps),
         }
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Stores the task's class so a checkpoint is self-contained (no tokenizer: pixels are floats)."""
-        checkpoint["multimodal"] = describe(self, None)
 
     # ----------------------------------------------------------------------------------------------
     # multimodal generate
