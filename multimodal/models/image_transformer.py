@@ -10,14 +10,13 @@ the ``height × (width * channels)`` raster grid.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.stack import Decoder
 from multimodal.models.config import ImageTransformerConfig
+from multimodal.models.init import init_weights
 from multimodal.tokenizers.image import pixel_positions
 
 
@@ -124,17 +123,3 @@ class PixelPositionEmbedding(nn.Module):
             pixel_positions(height, width, self.channels).to(self.rows.weight.device).unbind(-1)
         )
         return self.rows(row) + self.cols(col) + self.channel(channel)
-
-
-def init_weights(model: nn.Module, num_layers: int) -> None:
-    """GPT-2 initialisation: N(0, 0.02) weights, zero biases, residual projections shrunk with depth."""
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=0.02)
-    for name, parameter in model.named_parameters():
-        if name.endswith(("to_out.weight", "down.weight")):
-            nn.init.normal_(parameter, std=0.02 / math.sqrt(2 * num_layers))

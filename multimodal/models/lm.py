@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.stack import Decoder
 from multimodal.models.config import CausalLMConfig
+from multimodal.models.init import init_weights
 
 
 class CausalLM(nn.Module):
@@ -25,11 +24,7 @@ class CausalLM(nn.Module):
         self.embedding = nn.Embedding(config.vocab_size, config.dim)
         self.decoder = Decoder(config)
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
-        self.apply(_init_weights)
-        for name, parameter in self.named_parameters():
-            # GPT-2's scaling: residual projections shrink with depth so the stream's variance stays put.
-            if name.endswith(("to_out.weight", "down.weight")):
-                nn.init.normal_(parameter, std=0.02 / math.sqrt(2 * config.num_layers))
+        init_weights(self, config.num_layers)
         if config.tie_embeddings:
             self.head.weight = self.embedding.weight
 
@@ -63,12 +58,3 @@ class CausalLM(nn.Module):
     def new_state(self) -> DecodingState:
         """An empty decoding state for :func:`multimodal.generation.generate`."""
         return self.decoder.new_state()
-
-
-def _init_weights(module: nn.Module) -> None:
-    if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, std=0.02)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=0.02)

@@ -26,7 +26,8 @@ from multimodal.layers.cache import DecodingState
 from multimodal.layers.local import set_grid_width
 from multimodal.layers.stack import Decoder, Encoder
 from multimodal.models.config import SuperResolutionConfig
-from multimodal.models.image_transformer import PixelPositionEmbedding, init_weights
+from multimodal.models.image_transformer import PixelPositionEmbedding
+from multimodal.models.init import init_weights
 from multimodal.tokenizers.image import patchify, pixels_to_tokens, unpatchify
 
 
