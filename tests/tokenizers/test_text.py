@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from tiny_models import bytes_to_unicode as gpt2_bytes_to_unicode
 
 from multimodal.data.text import split_stdlib_files
 from multimodal.tokenizers.base import Tokenizer
@@ -44,22 +45,7 @@ def tokenizer() -> TextTokenizer:
     return TextTokenizer.train(train_files, vocab_size=VOCAB_SIZE)
 
 
-@cache
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte → printable character table (OpenAI encoder.py)."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    table, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            table[byte] = chr(byte)
-        else:
-            table[byte] = chr(256 + extra)
-            extra += 1
-    return table
+bytes_to_unicode = cache(gpt2_bytes_to_unicode)
 
 
 def ids_to_bytes(tokenizer: TextTokenizer, ids: list[int]) -> bytes:
