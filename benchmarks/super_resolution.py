@@ -7,7 +7,7 @@ original, next to bicubic upsampling of the same low-resolution input. Metrics: 
 whole image, no border shave (torchmetrics). Target: ours >= bicubic + 1.0 dB PSNR. A side-by-side
 crop (bicubic | ours | original) is written to ``--picture``.
 
-Usage (as in docs/benchmarks.md; about 10 minutes on 2 cores)::
+Usage (as in docs/benchmarks.md; about 9 minutes on one thread)::
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/super_resolution.py
 """
@@ -40,7 +40,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", type=Path, default=ROOT / "configs/super_resolution.yaml")
-    parser.add_argument("--epochs", type=int, default=25)
+    parser.add_argument("--epochs", type=int, default=50)
     parser.add_argument("--scale", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--picture", type=Path, default=ROOT / "docs/images/super_resolution_x2.png")

@@ -206,6 +206,9 @@ class SuperResolutionConfig(TransformerConfig):
         crop_size: High-resolution training crop side; linked from the data module. The
             autoregressive decoder's row/column tables cover it, so its tiles are at most this big.
         patch_size: Low-resolution pixels per token side.
+        stem_channels: Features per low-resolution pixel made by a 3×3 convolution before the
+            patches are cut (and, in the regression model, a 3×3 convolution of them before the pixel
+            shuffle); 0 reads raw pixels into the patches and uses a linear head.
         residual: Regression: predict the difference to the bicubic upsampling.
         num_levels: Autoregressive: intensity levels per channel.
         decoder_layers: Autoregressive: blocks of the decoder (same width and heads as the encoder).
@@ -224,6 +227,7 @@ class SuperResolutionConfig(TransformerConfig):
     channels: int = 3
     crop_size: int = 48
     patch_size: int = 1
+    stem_channels: int = 32
     residual: bool = True
     num_levels: int = 256
     decoder_layers: int = 2
@@ -240,5 +244,12 @@ class SuperResolutionConfig(TransformerConfig):
             )
         self.decoder_query_shape = tuple(int(size) for size in self.decoder_query_shape)
         self.decoder_memory_shape = tuple(int(size) for size in self.decoder_memory_shape)
+        if self.stem_channels < 0:
+            raise ValueError(f"stem_channels must be >= 0 (0: no convolutional stem), got {self.stem_channels}")
         self.local_grid_width = None  # set from each input's size
         super().__post_init__()
+
+    @property
+    def feature_channels(self) -> int:
+        """Values per low-resolution pixel that go into the patches: ``stem_channels`` or ``channels``."""
+        return self.stem_channels or self.channels

@@ -1,11 +1,16 @@
 """Super-resolution on the shared blocks: a regression model and a conditional Image Transformer.
 
 Both read the low-resolution image as patch tokens (:func:`~multimodal.tokenizers.image.patchify`)
-through the shared :class:`~multimodal.layers.Encoder` (:class:`PatchEncoder`):
+through the shared :class:`~multimodal.layers.Encoder` (:class:`PatchEncoder`); with
+``stem_channels`` a 3×3 convolution first turns each low-resolution pixel into that many features,
+and the patches are cut from those (a convolutional stem, as in SwinIR; it learns the local edge
+filters far faster than attention over patches does).
 
-- :class:`SuperResolutionRegressor` — a linear "pixel-shuffle" head turns each token into the
-  ``(patch_size * scale)²`` high-resolution pixels it covers (:func:`unpatchify`), added to the
-  bicubic upsampling when ``residual``. Trained with L1; one forward pass per image.
+- :class:`SuperResolutionRegressor` — with a stem, the encoder output is mapped back to per-pixel
+  features (:func:`unpatchify`), added to the stem's, and a 3×3 convolution + pixel shuffle makes
+  the ``scale²`` high-resolution pixels of each low-resolution pixel; without one, a linear
+  "pixel-shuffle" head turns each token into the ``(patch_size * scale)²`` pixels it covers. Added
+  to the bicubic upsampling when ``residual``. Trained with L1; one forward pass per image.
 - :class:`ConditionalImageTransformer` — a causal :class:`~multimodal.layers.Decoder` with
   cross-attention to the encoder generates the high-resolution intensity tokens one by one (raster
   order, channels interleaved), sampled with a temperature. Each decoder position also receives
@@ -57,23 +62,45 @@ class PatchEncoder(nn.Module):
     def __init__(self, config: SuperResolutionConfig) -> None:
         super().__init__()
         self.patch_size, self.channels = config.patch_size, config.channels
-        self.embed = nn.Linear(config.patch_size**2 * config.channels, config.dim)
+        self.stem = (
+            nn.Conv2d(config.channels, config.stem_channels, 3, padding=1, padding_mode="replicate")
+            if config.stem_channels
+            else None
+        )
+        self.embed = nn.Linear(config.patch_size**2 * config.feature_channels, config.dim)
         self.encoder = Encoder(config)
 
-    def forward(self, low_res: Tensor) -> tuple[Tensor, tuple[int, int]]:
-        """Token features ``(batch, rows * cols, dim)`` of ``(batch, channels, height, width)`` and the grid ``(rows, cols)``."""
+    def features(self, low_res: Tensor) -> Tensor:
+        """Per-pixel features ``(batch, feature_channels, height, width)``: the stem's, or the centred pixels."""
         if low_res.dim() != 4 or low_res.shape[1] != self.channels:
             raise ValueError(
                 f"expected low-resolution images (batch, {self.channels}, height, width), got {tuple(low_res.shape)}"
             )
+        return low_res - 0.5 if self.stem is None else F.gelu(self.stem(low_res - 0.5))
+
+    def forward(
+        self, low_res: Tensor, features: Tensor | None = None
+    ) -> tuple[Tensor, tuple[int, int]]:
+        """Token features ``(batch, rows * cols, dim)`` of ``(batch, channels, height, width)`` and the grid ``(rows, cols)``.
+
+        ``features`` (from :meth:`features`) saves recomputing the stem when the caller needs it too.
+        """
+        features = self.features(low_res) if features is None else features
         rows, cols = low_res.shape[-2] // self.patch_size, low_res.shape[-1] // self.patch_size
         set_grid_width(self.encoder, cols)
-        tokens = patchify(low_res - 0.5, self.patch_size)  # (b, rows * cols, p * p * c)
+        tokens = patchify(features, self.patch_size)  # (b, rows * cols, p * p * feature_channels)
         return self.encoder(self.embed(tokens)), (rows, cols)
 
 
 class SuperResolutionRegressor(nn.Module):
     """Encoder over low-resolution patches + pixel-shuffle head; ``forward`` returns the high-resolution image.
+
+    With ``stem_channels`` (the default): stem features ``f`` ``(batch, stem_channels, h, w)`` →
+    patches → encoder → a linear map back to ``(patch_size², stem_channels)`` per token →
+    ``unpatchify`` to ``g`` like ``f`` → ``tail``, a 3×3 convolution of ``f + g`` to
+    ``channels * scale²`` → pixel shuffle. Without a stem: a linear head per token to its
+    ``(patch_size * scale)²`` pixels. The last layer starts at zero, so with ``residual`` an untrained
+    model returns exactly the bicubic upsampling.
 
     Args:
         config: ``method="regression"`` options.
@@ -83,12 +110,18 @@ class SuperResolutionRegressor(nn.Module):
         super().__init__()
         self.config = config
         self.encoder = PatchEncoder(config)
-        out_patch = config.patch_size * config.scale
-        self.head = nn.Linear(config.dim, out_patch**2 * config.channels)
+        if config.stem_channels:
+            self.unembed = nn.Linear(config.dim, config.patch_size**2 * config.stem_channels)
+            self.tail = nn.Conv2d(config.stem_channels, config.channels * config.scale**2, 3, padding=1)
+            last: nn.Module = self.tail
+        else:
+            out_patch = config.patch_size * config.scale
+            self.head = nn.Linear(config.dim, out_patch**2 * config.channels)
+            last = self.head
         init_weights(self, config.num_layers)
         if config.residual:  # start exactly at the bicubic upsampling
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
 
     def forward(self, low_res: Tensor) -> Tensor:
         """``(batch, channels, h, w)`` → ``(batch, channels, h * scale, w * scale)``, not clamped.
@@ -98,11 +131,16 @@ class SuperResolutionRegressor(nn.Module):
         config = self.config
         height, width = low_res.shape[-2:]
         padded = _pad_to_multiple(low_res, config.patch_size)
-        hidden, (rows, cols) = self.encoder(padded)
-        out_patch = config.patch_size * config.scale
-        high_res = unpatchify(
-            self.head(hidden), out_patch, (rows * out_patch, cols * out_patch), config.channels
-        )
+        features = self.encoder.features(padded)
+        hidden, (rows, cols) = self.encoder(padded, features)
+        if config.stem_channels:
+            back = unpatchify(self.unembed(hidden), config.patch_size, features.shape[-2:], config.stem_channels)
+            high_res = F.pixel_shuffle(self.tail(features + back), config.scale)
+        else:
+            out_patch = config.patch_size * config.scale
+            high_res = unpatchify(
+                self.head(hidden), out_patch, (rows * out_patch, cols * out_patch), config.channels
+            )
         if config.residual:
             high_res = high_res + bicubic_upsample(padded, config.scale)
         return high_res[..., : height * config.scale, : width * config.scale]
@@ -243,4 +281,5 @@ def _receptive_radius(config: SuperResolutionConfig) -> int:
         return 2**31 - 1  # every token sees every other
     (rows, cols), (memory_rows, memory_cols) = config.local_query_shape, config.local_memory_shape
     per_layer = max(rows - 1 + memory_rows, cols - 1 + memory_cols)
-    return (config.num_layers * per_layer + 1) * config.patch_size
+    convolutions = 2 if config.stem_channels else 0  # the 3x3 stem and tail reach one pixel each
+    return (config.num_layers * per_layer + 1) * config.patch_size + convolutions

@@ -22,26 +22,41 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _regressor(num_layers=1, patch_size=1, random_head=True):
+def _regressor(num_layers=1, patch_size=1, random_head=True, stem_channels=4):
     torch.manual_seed(0)
     config = SuperResolutionConfig(dim=16, num_layers=num_layers, num_heads=2, ff_dim=32, scale=2, crop_size=16,
-                                   patch_size=patch_size, local_query_shape=(2, 2), local_memory_shape=(1, 1))  # fmt: skip
+                                   patch_size=patch_size, local_query_shape=(2, 2), local_memory_shape=(1, 1),
+                                   stem_channels=stem_channels)  # fmt: skip
     model = SuperResolutionRegressor(config).eval()
-    if random_head:  # the head starts at zero (output = bicubic); make the encoder matter
-        torch.nn.init.normal_(model.head.weight, std=0.3)
+    if random_head:  # the last layer starts at zero (output = bicubic); make the encoder matter
+        torch.nn.init.normal_(model.tail.weight if stem_channels else model.head.weight, std=0.3)
     return model
 
 
-def test_regressor_starts_exactly_at_bicubic_upsampling():
-    model = _regressor(random_head=False)
+@pytest.mark.parametrize("stem_channels", [0, 4])
+def test_regressor_starts_exactly_at_bicubic_upsampling(stem_channels):
+    model = _regressor(random_head=False, stem_channels=stem_channels)
     low = torch.rand(2, 3, 9, 7)
     expected = F.interpolate(low, scale_factor=2, mode="bicubic", align_corners=False).clamp(0, 1)
     torch.testing.assert_close(model(low), expected)
 
 
-@pytest.mark.parametrize("patch_size", [1, 2])
-def test_regressor_upscales_odd_sizes(patch_size):
-    assert _regressor(patch_size=patch_size)(torch.rand(1, 3, 11, 13)).shape == (1, 3, 22, 26)
+@pytest.mark.parametrize("patch_size,stem_channels", [(1, 4), (2, 4), (2, 0)])
+def test_regressor_upscales_odd_sizes(patch_size, stem_channels):
+    model = _regressor(patch_size=patch_size, stem_channels=stem_channels)
+    assert model(torch.rand(1, 3, 11, 13)).shape == (1, 3, 22, 26)
+
+
+def test_regressor_output_pixel_depends_only_on_inputs_within_the_receptive_radius():
+    """Changing one input pixel changes outputs only within ``receptive_radius`` of it (and some do change)."""
+    model = _regressor(num_layers=1, patch_size=2)
+    image = torch.rand(1, 3, 40, 40)
+    changed = image.clone()
+    changed[..., 20, 20] += 0.5
+    moved = (model(changed) - model(image)).abs().amax(dim=(0, 1)) > 1e-6  # (80, 80) high-res pixels
+    rows, cols = moved.nonzero(as_tuple=True)
+    reach = max((rows // 2 - 20).abs().max(), (cols // 2 - 20).abs().max()).item()
+    assert 0 < reach <= model.receptive_radius
 
 
 def test_tiled_upscaling_of_an_odd_image_that_fits_one_tile_equals_untiled():
@@ -52,17 +67,17 @@ def test_tiled_upscaling_of_an_odd_image_that_fits_one_tile_equals_untiled():
     torch.testing.assert_close(tiled, model(image[None])[0].clamp(0, 1))
 
 
-@pytest.mark.parametrize("num_layers,patch_size", [(1, 1), (2, 1), (1, 2)])
-def test_tiled_upscaling_of_an_odd_image_has_no_seams(num_layers, patch_size):
+@pytest.mark.parametrize("num_layers,patch_size,stem_channels", [(1, 1, 4), (2, 1, 4), (1, 2, 4), (1, 2, 0)])
+def test_tiled_upscaling_of_an_odd_image_has_no_seams(num_layers, patch_size, stem_channels):
     """With the overlap covering the receptive field, every tile is exact where it is blended."""
-    model = _regressor(num_layers, patch_size)
-    image = torch.rand(3, 45, 61)
+    model = _regressor(num_layers, patch_size, stem_channels=stem_channels)
+    image = torch.rand(3, 53, 69)
     untiled = model(image[None])[0].clamp(0, 1)
     overlap = 4 * model.receptive_radius
     tiled = upscale(model, image, tile=overlap + 8, overlap=overlap)
-    assert len(tile_starts(45, overlap + 8, overlap, model.alignment[0])) > 2  # really tiled, both ways
-    assert len(tile_starts(61, overlap + 8, overlap, model.alignment[1])) > 3
-    assert tiled.shape == (3, 90, 122)
+    assert len(tile_starts(53, overlap + 8, overlap, model.alignment[0])) > 2  # really tiled, both ways
+    assert len(tile_starts(69, overlap + 8, overlap, model.alignment[1])) > 3
+    assert tiled.shape == (3, 106, 138)
     torch.testing.assert_close(tiled, untiled, atol=1e-5, rtol=0)
 
 
