@@ -245,7 +245,9 @@ class SuperResolutionConfig(TransformerConfig):
         self.decoder_query_shape = tuple(int(size) for size in self.decoder_query_shape)
         self.decoder_memory_shape = tuple(int(size) for size in self.decoder_memory_shape)
         if self.stem_channels < 0:
-            raise ValueError(f"stem_channels must be >= 0 (0: no convolutional stem), got {self.stem_channels}")
+            raise ValueError(
+                f"stem_channels must be >= 0 (0: no convolutional stem), got {self.stem_channels}"
+            )
         self.local_grid_width = None  # set from each input's size
         super().__post_init__()
 

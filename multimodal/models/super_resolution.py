@@ -78,9 +78,7 @@ class PatchEncoder(nn.Module):
             )
         return low_res - 0.5 if self.stem is None else F.gelu(self.stem(low_res - 0.5))
 
-    def forward(
-        self, low_res: Tensor, features: Tensor | None = None
-    ) -> tuple[Tensor, tuple[int, int]]:
+    def forward(self, low_res: Tensor, features: Tensor | None = None) -> tuple[Tensor, tuple[int, int]]:
         """Token features ``(batch, rows * cols, dim)`` of ``(batch, channels, height, width)`` and the grid ``(rows, cols)``.
 
         ``features`` (from :meth:`features`) saves recomputing the stem when the caller needs it too.
@@ -134,7 +132,9 @@ class SuperResolutionRegressor(nn.Module):
         features = self.encoder.features(padded)
         hidden, (rows, cols) = self.encoder(padded, features)
         if config.stem_channels:
-            back = unpatchify(self.unembed(hidden), config.patch_size, features.shape[-2:], config.stem_channels)
+            back = unpatchify(
+                self.unembed(hidden), config.patch_size, features.shape[-2:], config.stem_channels
+            )
             high_res = F.pixel_shuffle(self.tail(features + back), config.scale)
         else:
             out_patch = config.patch_size * config.scale
