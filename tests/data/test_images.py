@@ -362,3 +362,24 @@ def test_pixel_array_items_equal_torchvision_pil_items():
                 torch.equal(image, v2.ToImage()(pil).as_subclass(torch.Tensor))
                 and label == base.targets[index]
             )
+
+
+def test_untransformed_tensor_items_equal_the_v2_pipeline():
+    """Without transforms, tensors skip v2; the items must equal ToImage + ToDtype(scale=True)."""
+    from multimodal.data.images import ImageClassificationDataset
+
+    rng = np.random.default_rng(0)
+    uint8 = torch.from_numpy(rng.integers(0, 256, (4, 1, 5, 4), dtype=np.uint8))
+    floats = torch.rand(4, 3, 5, 4)
+    reference = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+    for images in (uint8, floats):
+        labels = [3, 1, 0, 2]
+        items = ImageClassificationDataset(
+            torch.utils.data.StackDataset(images, labels), list("abcd"), labels
+        )
+        for index in range(4):
+            image, label = items[index]
+            assert type(image) is torch.Tensor and image.dtype == torch.float32 and label == labels[index]
+            torch.testing.assert_close(
+                image, reference(images[index]).as_subclass(torch.Tensor), rtol=0, atol=0
+            )
