@@ -24,6 +24,7 @@ not distort the timings::
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py            # all (about 35 min)
     flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections digits throughput
+    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections fashion --positions relative2d
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def main() -> None:
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds per model")
+    parser.add_argument(
+        "--positions", nargs="+", choices=["learned", "relative2d"], default=None,
+        help="position schemes of the digits/fashion runs (default: both with 'positions', else learned)",
+    )  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -62,7 +67,7 @@ def main() -> None:
     print(
         f"# ViT benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {args.threads} threads\n"
     )
-    positions = ["learned", "relative2d"] if "positions" in args.sections else ["learned"]
+    positions = args.positions or (["learned", "relative2d"] if "positions" in args.sections else ["learned"])
     if "digits" in args.sections or "positions" in args.sections:
         digits_table(positions, args.threads)
     if "fashion" in args.sections or "positions" in args.sections:

@@ -147,4 +147,5 @@ def test_fashion_mnist_config_builds_its_model_from_the_data(tmp_path, monkeypat
     cli = MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
     config = cli.model.config
     assert (config.num_classes, config.channels, config.image_size, config.grid_size) == (10, 1, 28, (4, 4))
+    assert config.position == "learned"  # overrides the digits config's relative2d
     assert cli.model.class_names[0] == "T-shirt/top" and cli.trainer.max_epochs == 100
