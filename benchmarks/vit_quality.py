@@ -62,7 +62,9 @@ def main() -> None:
         # threads made the same step 3-5x slower. Set before torch loads its OpenMP runtime.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         job = json.loads(args.worker)
-        print(json.dumps(WORKERS[job.pop("kind")](**job)))
+        result = WORKERS[job.pop("kind")](**job)
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # data-parallel runs start this worker once per process
+            print(json.dumps(result))
         return
     print(
         f"# ViT benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {args.threads} threads\n"
@@ -155,13 +157,14 @@ def train_worker(configs: list[str], position: str, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)  # the configs write under outputs/
         cli = MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
+        torch.set_num_threads(max(1, threads // cli.trainer.num_devices))  # data parallel: split the cores
         start = time.perf_counter()
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
         fit_s = time.perf_counter() - start
         test = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]
     batches = cli.trainer.global_step
     epochs = batches / max(cli.trainer.num_training_batches, 1)
-    images = batches * cli.datamodule.batch_size
+    images = batches * cli.datamodule.batch_size * cli.trainer.world_size
     return {"test_acc": test["test_acc"], "fit_s": fit_s, "epochs": round(epochs, 2),
             "train_images_per_s": images / fit_s}  # fmt: skip
 

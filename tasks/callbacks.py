@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytorch_lightning as pl
 
 from multimodal.music import continue_music, primer_ids
+from tasks.outputs import log_folder
 
 
 class MusicSampleCallback(pl.Callback):
@@ -41,7 +40,7 @@ class MusicSampleCallback(pl.Callback):
         datamodule = trainer.datamodule
         held_out = datamodule.split("validation")
         primer = primer_ids(held_out.notes[0], datamodule.tokenizer, self.primer_seconds)
-        out_dir = Path(trainer.log_dir or trainer.default_root_dir) / "samples" / f"epoch_{trainer.current_epoch}"
+        out_dir = log_folder(trainer) / "samples" / f"epoch_{trainer.current_epoch}"
         continue_music(
             task.model, datamodule.tokenizer, primer, out_dir, max_new_tokens=self.max_new_tokens,
             temperature=self.temperature, top_k=self.top_k, seed=self.seed, audio=False,

@@ -26,6 +26,7 @@ from multimodal.models import ViT, ViTConfig
 from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
+from tasks.outputs import log_folder
 
 __all__ = ["ImageClassification", "PredictionCSV", "vit_adamw"]
 
@@ -121,7 +122,7 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
         logits = self.model(images)
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
         self.log("train_loss", loss, prog_bar=True)
-        self.log("train_acc", (logits.argmax(-1) == labels).float().mean(), on_step=False, on_epoch=True)
+        self.log("train_acc", (logits.argmax(-1) == labels).float().mean(), on_step=False, on_epoch=True, sync_dist=True)
         return loss
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
@@ -154,7 +155,7 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
         self.confusion[stage].reset()
         if not write or self.trainer.sanity_checking or not self.trainer.is_global_zero:
             return
-        folder = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        folder = log_folder(self.trainer)
         save_confusion_matrix(matrix, self.class_names, folder / filename)
 
     def predict_step(self, batch: tuple[Tensor, list[str]] | None, batch_idx: int) -> dict[str, Any] | None:

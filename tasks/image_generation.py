@@ -29,6 +29,7 @@ from tasks.causal_lm import adamw
 from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
+from tasks.outputs import log_folder
 
 
 class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
@@ -153,7 +154,7 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         samples = sample_images(self.model, self.num_samples, labels=self.sample_labels(self.num_samples),
                                 temperature=self.sample_temperature, generator=generator)  # fmt: skip
         nrow = self.config.num_classes if self.config.class_conditional else None
-        folder = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "samples"
+        folder = log_folder(self.trainer) / "samples"
         image_grid_png(samples, folder / f"epoch_{self.trainer.current_epoch}.png", nrow=nrow)
         if isinstance(self.logger, TensorBoardLogger):
             grid = image_grid(samples, nrow, pixel_scale=max(1, 32 // self.config.width))

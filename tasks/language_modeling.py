@@ -34,6 +34,7 @@ from tasks.causal_lm import IGNORE_INDEX, CausalLMTask
 from tasks.checkpoint import load_task
 from tasks.cli import command
 from tasks.datamodules.text import DocumentWindows, evaluation_loader, token_byte_lengths
+from tasks.outputs import log_folder
 
 
 class LanguageModeling(CausalLMTask):
@@ -180,7 +181,7 @@ class TextSampleCallback(pl.Callback):
         text = continue_text(task.model, tokenizer, prompt, new_tokens, temperature=self.temperature,
                              top_k=self.top_k, seed=self.seed)  # fmt: skip
         path = (
-            Path(trainer.log_dir or trainer.default_root_dir)
+            log_folder(trainer)
             / "samples"
             / f"epoch_{trainer.current_epoch}.txt"
         )

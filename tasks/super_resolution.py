@@ -33,6 +33,7 @@ from tasks.causal_lm import adamw
 from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
 from tasks.optim import warmup_cosine
+from tasks.outputs import log_folder
 
 
 class SuperResolution(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
@@ -166,7 +167,7 @@ class SuperResolution(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
             self.log(f"val_{name}", value, prog_bar=name == "psnr")
         self.log("val_psnr_gain", values["psnr"] - values["psnr_bicubic"], prog_bar=True)
         if not self.trainer.sanity_checking and self.trainer.is_global_zero:
-            folder = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "samples"
+            folder = log_folder(self.trainer) / "samples"
             bicubic, ours, original = self._first_crop
             side_by_side_png([("bicubic", bicubic), ("ours", ours), ("original", original)],
                              folder / f"epoch_{self.trainer.current_epoch}.png", pixel_scale=4)  # fmt: skip

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import socket
 from types import SimpleNamespace
 
 import pytest
 import torch
 from pytorch_lightning.callbacks import Timer
 
-from tasks.optim import warmup_cosine
+from tasks.optim import agreed_maximum, warmup_cosine
 
 
 def _factors(trainer, steps: int, warmup: int = 10, min_lr_ratio: float = 0.1) -> list[float]:
@@ -50,3 +51,25 @@ def test_a_time_bounded_run_anneals_with_the_clock_when_the_step_budget_is_far_a
     assert factor(500) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.75)))
     clock.elapsed, clock.remaining = 60.0, 0.0
     assert factor(700) == pytest.approx(0.1)
+
+
+def _agree(rank: int, port: int, values: list[float], results) -> None:
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=len(values)
+    )
+    try:
+        results[rank] = agreed_maximum(values[rank])
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_data_parallel_processes_agree_on_the_furthest_clock():
+    """Each process passes its own progress; all get the largest (so their learning rates match)."""
+    values = [0.25, 0.75]
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = torch.multiprocessing.get_context("spawn").Manager().dict()
+    torch.multiprocessing.spawn(_agree, args=(port, values, results), nprocs=2)
+    assert dict(results) == {0: 0.75, 1: 0.75}
+    assert agreed_maximum(0.3) == 0.3  # no process group: the value itself
