@@ -78,13 +78,13 @@ class PatchEncoder(nn.Module):
             )
         return low_res - 0.5 if self.stem is None else F.gelu(self.stem(low_res - 0.5))
 
-    def forward(self, low_res: Tensor, features: Tensor | None = None) -> tuple[Tensor, tuple[int, int]]:
-        """Token features ``(batch, rows * cols, dim)`` of ``(batch, channels, height, width)`` and the grid ``(rows, cols)``.
+    def forward(self, low_res: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        """Token features ``(batch, rows * cols, dim)`` of ``(batch, channels, height, width)`` and the grid ``(rows, cols)``."""
+        return self.encode(self.features(low_res))
 
-        ``features`` (from :meth:`features`) saves recomputing the stem when the caller needs it too.
-        """
-        features = self.features(low_res) if features is None else features
-        rows, cols = low_res.shape[-2] // self.patch_size, low_res.shape[-1] // self.patch_size
+    def encode(self, features: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        """Token features and grid ``(rows, cols)`` of per-pixel features from :meth:`features`."""
+        rows, cols = features.shape[-2] // self.patch_size, features.shape[-1] // self.patch_size
         set_grid_width(self.encoder, cols)
         tokens = patchify(features, self.patch_size)  # (b, rows * cols, p * p * feature_channels)
         return self.encoder(self.embed(tokens)), (rows, cols)
@@ -130,7 +130,7 @@ class SuperResolutionRegressor(nn.Module):
         height, width = low_res.shape[-2:]
         padded = _pad_to_multiple(low_res, config.patch_size)
         features = self.encoder.features(padded)
-        hidden, (rows, cols) = self.encoder(padded, features)
+        hidden, (rows, cols) = self.encoder.encode(features)
         if config.stem_channels:
             back = unpatchify(
                 self.unembed(hidden), config.patch_size, features.shape[-2:], config.stem_channels
