@@ -47,6 +47,15 @@ def test_regressor_upscales_odd_sizes(patch_size, stem_channels):
     assert model(torch.rand(1, 3, 11, 13)).shape == (1, 3, 22, 26)
 
 
+def test_regressor_with_stem_upscales_by_four_and_starts_at_bicubic():
+    config = SuperResolutionConfig(dim=16, num_layers=1, num_heads=2, ff_dim=32, scale=4, crop_size=16,
+                                   patch_size=2, local_query_shape=(2, 2), local_memory_shape=(1, 1), stem_channels=4)  # fmt: skip
+    model = SuperResolutionRegressor(config).eval()
+    low = torch.rand(2, 3, 9, 7)
+    expected = F.interpolate(low, scale_factor=4, mode="bicubic", align_corners=False).clamp(0, 1)
+    torch.testing.assert_close(model(low), expected)  # (2, 3, 36, 28): the tail starts at zero
+
+
 def test_regressor_output_pixel_depends_only_on_inputs_within_the_receptive_radius():
     """Changing one input pixel changes outputs only within ``receptive_radius`` of it (and some do change)."""
     model = _regressor(num_layers=1, patch_size=2)
