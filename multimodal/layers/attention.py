@@ -94,6 +94,7 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
         query_offset: int = 0,
+        num_queries: int | None = None,
     ) -> Tensor:
         """Attends from ``x`` ``(batch, seq, dim)``; returns ``(batch, seq, dim)``.
 
@@ -105,7 +106,13 @@ class MultiHeadAttention(nn.Module):
                 cached keys too).
             cache: Self-attention only: keys/values of earlier positions; the new ones are appended.
             query_offset: Absolute position of ``x[:, 0]`` (the number of cached positions).
+            num_queries: Self-attention without a cache only: attend from the first ``num_queries``
+                positions alone (keys and values still come from all of ``x``) and return
+                ``(batch, num_queries, dim)``, the same values as slicing the full output. With 2D
+                relative positions these must be prefix (class) tokens.
         """
+        if num_queries is not None and (self.is_cross or cache is not None or self.local is not None):
+            raise ValueError("num_queries is for full self-attention without a cache")
         if self.is_cross:
             if context is None:
                 raise ValueError("cross-attention needs `context` (the encoder output)")
@@ -117,6 +124,10 @@ class MultiHeadAttention(nn.Module):
                 if self.relative_2d is not None:
                     raise ValueError("2D relative positions have no KV-cached decoding; run full forwards")
                 k, v = cache.append(k, v)
+            if num_queries is not None:
+                q = q[:, :, :num_queries]
+                if self.causal:  # the first queries see none of the later keys
+                    k, v = k[:, :, :num_queries], v[:, :, :num_queries]
         if self.local is not None:
             core = self.local.reference if self.use_reference else self.local
             out = core(
@@ -130,10 +141,18 @@ class MultiHeadAttention(nn.Module):
             query_offset=query_offset,
             key_padding_mask=key_padding_mask,
             relative=self.relative,
-            bias=self.relative_2d(q) if self.relative_2d is not None else None,
+            bias=self._bias_2d(q, k.shape[-2]),
             dropout_p=self.dropout if self.training else 0.0,
         )  # fmt: skip
         return self.to_out(_merge_heads(out))
+
+    def _bias_2d(self, q: Tensor, k_len: int) -> Tensor | None:
+        """The 2D relative logits bias of queries ``q`` against ``k_len`` keys, if this layer has one."""
+        if self.relative_2d is None:
+            return None
+        if q.shape[-2] == k_len:
+            return self.relative_2d(q)
+        return self.relative_2d.prefix_bias(q.shape[-2], k_len).to(q.dtype)
 
     def project_context(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values ``(batch, heads, ctx_len, head_dim)`` of an encoder output ``(batch, ctx_len, dim)``."""

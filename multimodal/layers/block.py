@@ -80,8 +80,9 @@ class TransformerBlock(nn.Module):
         context_padding_mask: Tensor | None = None,
         state: DecodingState | None = None,
         layer: int = 0,
+        num_queries: int | None = None,
     ) -> Tensor:
-        """``(batch, seq, dim) -> (batch, seq, dim)``.
+        """``(batch, seq, dim) -> (batch, seq, dim)``, or ``(batch, num_queries, dim)``.
 
         Args:
             x: Block input.
@@ -90,12 +91,17 @@ class TransformerBlock(nn.Module):
             context_padding_mask: ``(batch, ctx_len)`` bool, True at padded context positions.
             state: Decoding state; this block uses its cache number ``layer``.
             layer: Index of this block in its stack.
+            num_queries: Compute only the first ``num_queries`` outputs: they attend to every
+                position, and the rest of the block runs on them alone (see
+                :meth:`MultiHeadAttention.forward`).
         """
         cache = state.layers[layer] if state is not None else None
         offset = state.position if state is not None else 0
-        x = x + self.dropout(
-            self.attention(self.norm_attention(x), key_padding_mask=key_padding_mask, cache=cache, query_offset=offset)
-        )
+        attended = self.attention(
+            self.norm_attention(x), key_padding_mask=key_padding_mask, cache=cache, query_offset=offset,
+            num_queries=num_queries,
+        )  # fmt: skip
+        x = x[:, :num_queries] + self.dropout(attended)
         if self.cross_attention is not None:
             kv = context
             if state is not None:

@@ -111,6 +111,27 @@ class RelativePosition2D(nn.Module):
             bias[..., :num_prefix, :num_prefix] = among
         return bias
 
+    def prefix_bias(self, num_queries: int, seq_len: int) -> Tensor:
+        """The bias ``(heads, num_queries, seq_len)`` of the first ``num_queries`` queries, all prefix tokens.
+
+        The rows of :meth:`forward`'s bias that belong to prefix queries, without the grid part
+        (prefix tokens have no offsets, so their rows hold only the learned prefix scalars).
+        """
+        num_prefix = seq_len - self.grid_size[0] * self.grid_size[1]
+        if not 0 < num_queries <= num_prefix:
+            raise ValueError(
+                f"2D relative positions can attend from a subset of queries only when they are prefix "
+                f"(class) tokens: asked for {num_queries} of {seq_len} tokens with {max(num_prefix, 0)} prefix tokens"
+            )
+        to_grid, among = self.prefix[:, 0], self.prefix[:, 2]  # (heads,)
+        # The offset tables enter with weight zero: they get the zero gradient the full bias gives
+        # them here rather than none, so optimizers and DDP (which fails on unused parameters) see
+        # the same parameters take part as with the full bias.
+        unused = (self.rows.sum() + self.cols.sum()) * 0.0
+        bias = (to_grid + unused)[:, None, None].expand(-1, num_queries, seq_len).clone()
+        bias[..., :num_prefix] = among[:, None, None]
+        return bias
+
     def extra_repr(self) -> str:
         return f"grid_size={self.grid_size}"
 

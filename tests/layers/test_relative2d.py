@@ -75,6 +75,18 @@ def test_matches_naive_reference_values_and_gradients(grid, num_prefix, core):
         torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("num_prefix", [1, 2])
+def test_prefix_bias_equals_the_prefix_rows_of_the_full_bias(num_prefix):
+    position = _position(3, 8, (3, 4))
+    q = _inputs(2, 3, num_prefix + 12, 8)[0].detach()
+    full = position(q)
+    for num_queries in range(1, num_prefix + 1):
+        rows = position.prefix_bias(num_queries, q.shape[-2])
+        torch.testing.assert_close(rows.expand(2, -1, -1, -1), full[:, :, :num_queries], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="prefix"):
+        position.prefix_bias(num_prefix + 1, q.shape[-2])
+
+
 def test_causal_mask_combines_with_the_2d_bias():
     position = _position(2, 4, (3, 3))
     q, k, v = (x.detach() for x in _inputs(1, 2, 10, 4))

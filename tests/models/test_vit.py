@@ -53,6 +53,24 @@ def test_pooling_and_feature_shapes(position):
     torch.testing.assert_close(with_cls.forward_head(with_cls.forward_features(images)), with_cls(images))
 
 
+@pytest.mark.parametrize("position", ["learned", "relative2d"])
+def test_class_token_shortcut_gives_the_full_model_logits_and_gradients(position):
+    torch.manual_seed(0)
+    model = ViT(micro(position=position, pooling="cls"))
+    with torch.no_grad():  # make the prefix scalars and every other parameter matter
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    images = torch.rand(3, 1, 8, 8)
+    short, full = model(images), model.forward_head(model.forward_features(images))
+    torch.testing.assert_close(short, full, atol=1e-5, rtol=0)
+    weights = torch.randn_like(full)
+    parameters = list(model.parameters())
+    short_grads = torch.autograd.grad((short * weights).sum(), parameters)
+    full_grads = torch.autograd.grad((full * weights).sum(), parameters)
+    for got, expected in zip(short_grads, full_grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
 def test_positions_make_the_model_see_where_patches_are():
     images = torch.rand(2, 1, 8, 8)
     moved = torch.roll(images, shifts=2, dims=-1)  # the same patches, one patch column further right
