@@ -112,8 +112,11 @@ class Trainer:
     def step(self, tokens: Tensor) -> float:
         context = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with context:
-            logits = self.model(tokens[:, :-1])
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+            if isinstance(self.model, CausalLM):  # ours: the loss without the (batch, seq, vocab) logits
+                loss = self.model.loss(tokens[:, :-1], tokens[:, 1:])
+            else:
+                logits = self.model(tokens[:, :-1])
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

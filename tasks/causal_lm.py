@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor, nn
 
@@ -90,12 +89,12 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
         return inputs, targets
 
     def token_nll(self, batch: Any) -> tuple[Tensor, Tensor]:
-        """Summed NLL (nats) over the scored targets of a batch, and their count."""
+        """Summed NLL (nats) over the scored targets of a batch, and their count.
+
+        Computed by :meth:`CausalLM.loss`, which never makes the ``(batch, seq, vocab)`` logits.
+        """
         inputs, targets = self.inputs_and_targets(batch)
-        logits = self.model(inputs)
-        nll = F.cross_entropy(
-            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-        )
+        nll = self.model.loss(inputs, targets, ignore_index=IGNORE_INDEX, reduction="sum")
         return nll, (targets != IGNORE_INDEX).sum()
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:

@@ -6,6 +6,7 @@ from multimodal.layers.block import FeedForward, TransformerBlock
 from multimodal.layers.cache import DecodingState, KVCache
 from multimodal.layers.config import TransformerConfig
 from multimodal.layers.local import LocalAttention, set_grid_width
+from multimodal.layers.loss import linear_cross_entropy
 from multimodal.layers.position import LearnedPositions, SinusoidalPositions
 from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
 from multimodal.layers.relative2d import RelativePosition2D
@@ -28,6 +29,7 @@ __all__ = [
     "TransformerStack",
     "attend",
     "attend_reference",
+    "linear_cross_entropy",
     "relative_attention",
     "set_grid_width",
 ]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multimodal.layers.cache import DecodingState
+from multimodal.layers.loss import linear_cross_entropy
 from multimodal.layers.stack import Decoder
 from multimodal.models.config import CausalLMConfig
 from multimodal.models.init import init_weights
@@ -44,6 +46,43 @@ class CausalLM(nn.Module):
         if state is not None and tokens.shape[1] == 1 and not torch.is_grad_enabled():
             return hidden @ self._decoding_head(state)
         return self.head(hidden)
+
+    def loss(
+        self,
+        tokens: Tensor,
+        targets: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+    ) -> Tensor:
+        """Cross-entropy of the next-token logits against ``targets``, without making the logits.
+
+        The same value and gradients as ``F.cross_entropy(forward(tokens).flatten(0, 1),
+        targets.flatten())``, computed by :func:`~multimodal.layers.loss.linear_cross_entropy`
+        a chunk of tokens at a time, so the ``(batch, seq, vocab_size)`` logits never exist.
+
+        Args:
+            tokens: Input ids ``(batch, seq)``.
+            targets: Ids to predict ``(batch, seq)``; ``ignore_index`` where not scored.
+            key_padding_mask: ``(batch, seq)`` bool, True at padding.
+            ignore_index: Target value that is skipped.
+            reduction: ``"mean"`` over scored targets or ``"sum"``.
+        """
+        if tokens.dim() != 2 or targets.shape != tokens.shape:
+            raise ValueError(
+                f"expected token ids and targets of one shape (batch, seq), got {tuple(tokens.shape)} and "
+                f"{tuple(targets.shape)}"
+            )
+        hidden = self.decoder(self.embedding(tokens), key_padding_mask=key_padding_mask)
+        if type(self.head) is not nn.Linear or self.head.bias is not None:  # a replaced head: plain path
+            return F.cross_entropy(
+                self.head(hidden).flatten(0, 1).float(), targets.flatten(), ignore_index=ignore_index,
+                reduction=reduction,
+            )  # fmt: skip
+        return linear_cross_entropy(
+            hidden.flatten(0, 1), self.head.weight, targets.flatten(), ignore_index=ignore_index, reduction=reduction
+        )
 
     def _decoding_head(self, state: DecodingState) -> Tensor:
         """The output matrix as a contiguous ``(dim, vocab_size)`` copy, made once per generation.

@@ -1,0 +1,42 @@
+"""CausalLM.loss (chunked head + cross-entropy) against cross-entropy of the model's own logits."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from multimodal.models import CausalLM, CausalLMConfig
+
+
+def _model(**overrides):
+    torch.manual_seed(0)
+    values = dict(vocab_size=97, dim=32, num_layers=2, num_heads=4, ff_dim=64, max_seq_len=32, dropout=0.0)
+    return CausalLM(CausalLMConfig(**{**values, **overrides}))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_loss_equals_cross_entropy_of_the_logits_values_and_gradients(reduction, tie_embeddings):
+    model = _model(tie_embeddings=tie_embeddings)
+    tokens = torch.randint(0, 97, (3, 21))
+    targets = torch.randint(0, 97, (3, 21))
+    targets[0, -4:] = -100
+    ours = model.loss(tokens, targets, reduction=reduction)
+    reference = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten(), reduction=reduction)
+    torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-6)
+    parameters = list(model.parameters())
+    for got, expected in zip(
+        torch.autograd.grad(ours, parameters), torch.autograd.grad(reference, parameters), strict=True
+    ):
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-4)
+
+
+def test_a_replaced_head_takes_the_plain_path():
+    model = _model(tie_embeddings=False)
+    model.head = nn.Sequential(nn.Linear(32, 97), nn.LogSoftmax(-1))  # e.g. a head with a bias
+    tokens, targets = torch.randint(0, 97, (2, 9)), torch.randint(0, 97, (2, 9))
+    torch.testing.assert_close(
+        model.loss(tokens, targets), F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+    )
+    with pytest.raises(ValueError, match="one shape"):
+        model.loss(tokens, targets[:, :-1])
