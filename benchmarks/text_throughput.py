@@ -2,8 +2,10 @@
 
 Models (6 layers, dim 256, 8 heads, ff 1024, vocab 8000, tied embeddings, no dropout):
 
-    ours           multimodal CausalLM, learned absolute positions, gelu_tanh (GPT-2's layout)
+    ours           multimodal CausalLM, learned absolute positions, gelu_tanh (GPT-2's layout); its
+                   loss is CausalLM.loss, the chunked output layer + cross-entropy the tasks train with
     ours_relative  the same with relative positions (Music Transformer kernel), for information
+    ours_logits    ours with the peers' loss, F.cross_entropy of the full logits (the ablation)
     hf_gpt2        transformers GPT2LMHeadModel (SDPA attention)
     x_transformers x_transformers TransformerWrapper + Decoder (attn_flash=True)
     minimal_sdpa   a ~30-line nanoGPT-style model written here (fused qkv + SDPA)
@@ -43,7 +45,8 @@ from torch import Tensor, nn
 from multimodal.models import CausalLM, CausalLMConfig
 
 PEERS = ["hf_gpt2", "x_transformers", "minimal_sdpa"]
-MODELS = ["ours", "ours_relative", *PEERS]
+MODELS = ["ours", "ours_relative", "ours_logits", *PEERS]
+MODEL_LOSS = {"ours", "ours_relative"}  # trained through CausalLM.loss; the others through their logits
 
 
 def main() -> None:
@@ -87,7 +90,7 @@ def measure(
     """Tokens/s of each model in each round, the models taking turns."""
     torch.manual_seed(0)
     tokens = torch.randint(0, VOCAB_SIZE, (batch_size, seq_len + 1))
-    trainers = {name: Trainer(BUILDERS[name](seq_len), precision) for name in names}
+    trainers = {name: Trainer(BUILDERS[name](seq_len), precision, name in MODEL_LOSS) for name in names}
     for trainer in trainers.values():
         trainer.step(tokens)  # warm-up: allocations, oneDNN primitive caches
     results: dict[str, list[float]] = {name: [] for name in names}
@@ -103,8 +106,9 @@ def measure(
 class Trainer:
     """One model, its AdamW optimizer and its training step."""
 
-    def __init__(self, model: nn.Module, precision: str) -> None:
+    def __init__(self, model: nn.Module, precision: str, model_loss: bool = True) -> None:
         self.model = model.train()
+        self.model_loss = model_loss and isinstance(model, CausalLM)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.autocast = precision == "bf16-mixed"
         self.losses: list[float] = []
@@ -112,7 +116,7 @@ class Trainer:
     def step(self, tokens: Tensor) -> float:
         context = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with context:
-            if isinstance(self.model, CausalLM):  # ours: the loss without the (batch, seq, vocab) logits
+            if self.model_loss:  # ours: the loss without the (batch, seq, vocab) logits
                 loss = self.model.loss(tokens[:, :-1], tokens[:, 1:])
             else:
                 logits = self.model(tokens[:, :-1])
@@ -291,6 +295,7 @@ class _MinimalBlock(nn.Module):
 BUILDERS: dict[str, Callable[[int], nn.Module]] = {
     "ours": ours,
     "ours_relative": lambda seq_len: ours(seq_len, "relative"),
+    "ours_logits": ours,
     "hf_gpt2": hf_gpt2,
     "x_transformers": x_transformers,
     "minimal_sdpa": MinimalGPT,

@@ -128,6 +128,8 @@ class MultiHeadAttention(nn.Module):
                 q = q[:, :, :num_queries]
                 if self.causal:  # the first queries see none of the later keys
                     k, v = k[:, :, :num_queries], v[:, :, :num_queries]
+                    if key_padding_mask is not None:
+                        key_padding_mask = key_padding_mask[:, :num_queries]
         if self.local is not None:
             core = self.local.reference if self.use_reference else self.local
             out = core(
