@@ -185,9 +185,12 @@ class _RelativeAttention(torch.autograd.Function):
     def backward(ctx, grad_out):  # type: ignore[override]
         q, k, v, table, key_padding_mask, out = ctx.saved_tensors
         settings: _Settings = ctx.settings
+        # Under autocast the forward's products ran in q's dtype (bf16, fp16); the backward runs
+        # outside autocast, so the float32 table is cast here and its gradient cast back.
+        table_dtype, table = table.dtype, table.to(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])
         q_scaled = q * scale
-        grad_out = grad_out.contiguous()
+        grad_out = grad_out.to(q.dtype).contiguous()
         # Row sums of dO * O equal sum_j P_ij dP_ij, the softmax backward's subtracted term.
         row_dot = (grad_out * out).sum(-1, keepdim=True)  # (b, h, q, 1)
         grad_q = torch.empty_like(q)
@@ -213,7 +216,7 @@ class _RelativeAttention(torch.autograd.Function):
             grad_q_block += grad_band @ table[:, band_rows]
             grad_table.index_add_(1, band_rows, torch.einsum("bhqw,bhqd->hwd", grad_band, q_block))
             grad_q[..., block.rows, :] = grad_q_block * scale
-        return grad_q, grad_k, grad_v, grad_table, None, None
+        return grad_q, grad_k, grad_v, grad_table.to(table_dtype), None, None
 
 
 class _Block:

@@ -40,3 +40,22 @@ def test_a_replaced_head_takes_the_plain_path():
     )
     with pytest.raises(ValueError, match="one shape"):
         model.loss(tokens, targets[:, :-1])
+
+
+@pytest.mark.parametrize("position", ["relative", "learned"])
+def test_loss_under_bf16_autocast_matches_the_logits_path_and_float32(position):
+    model = _model(position=position)
+    tokens, targets = torch.randint(0, 97, (2, 16)), torch.randint(0, 97, (2, 16))
+    parameters = list(model.parameters())
+    float32 = torch.autograd.grad(model.loss(tokens, targets), parameters)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = model.loss(tokens, targets)
+        reference = F.cross_entropy(model(tokens).flatten(0, 1).float(), targets.flatten())
+    assert ours.dtype == torch.float32
+    torch.testing.assert_close(ours, reference, atol=2e-2, rtol=0)
+    ours_grads = torch.autograd.grad(ours, parameters)
+    reference_grads = torch.autograd.grad(reference, parameters)
+    for got, expected, exact in zip(ours_grads, reference_grads, float32, strict=True):
+        assert got.dtype == expected.dtype == exact.dtype == torch.float32
+        torch.testing.assert_close(got, expected, atol=2e-2, rtol=0.1)
+        assert (got - exact).norm() <= 0.05 * exact.norm() + 1e-6  # bf16 rounding, not a wrong gradient
