@@ -10,9 +10,11 @@ modules, each window starting from an empty context (zero LSTM state) for both m
 
 Usage::
 
-    python benchmarks/text_quality.py                        # the table of docs/benchmarks.md
-    python benchmarks/text_quality.py --steps 1000 --val-windows 800
+    python benchmarks/text_quality.py --threads 2            # the headline table of docs/benchmarks.md
+    python benchmarks/text_quality.py --position learned --lstm-lr 6e-3 1e-2    # learned positions
+    python benchmarks/text_quality.py --steps 300 --transformer-lr 1e-3 2e-3 4e-3 8e-3 --position learned
     python benchmarks/text_quality.py --models lstm --lstm-lr 3e-3 1e-2   # a learning-rate sweep
+    python benchmarks/text_quality.py --seed 1                # another initialisation and data order
 """
 
 from __future__ import annotations
@@ -38,16 +40,16 @@ def main() -> None:
     parser.add_argument(
         "--models", nargs="+", default=["transformer", "lstm"], choices=["transformer", "lstm"]
     )
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--dim", type=int, default=128, help="Transformer width = LSTM embedding width")
     parser.add_argument("--layers", type=int, default=4, help="Transformer blocks")
     parser.add_argument("--lstm-layers", type=int, default=2)
-    parser.add_argument("--position", default="learned", choices=["learned", "relative", "sinusoidal"])
-    parser.add_argument("--transformer-lr", type=float, nargs="+", default=[2e-3])
-    parser.add_argument("--lstm-lr", type=float, nargs="+", default=[3e-3])
+    parser.add_argument("--position", default="relative", choices=["learned", "relative", "sinusoidal"])
+    parser.add_argument("--transformer-lr", type=float, nargs="+", default=[4e-3])
+    parser.add_argument("--lstm-lr", type=float, nargs="+", default=[6e-3, 1e-2, 1.4e-2])
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--val-windows", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)

@@ -27,14 +27,23 @@ Usage::
     python benchmarks/text_throughput.py --precision 32-true bf16-mixed --bf16-models ours \
         --models ours hf_gpt2 x_transformers minimal_sdpa --rounds 1 --steps 1     # bf16 table + loss curves
     python benchmarks/text_throughput.py --models ours hf_gpt2 --seq-len 256
+    python benchmarks/text_throughput.py --memory 8000 50257   # peak memory: fused loss vs logits
+
+``--memory V...`` measures instead, for each vocabulary size, the peak resident memory that one
+forward + backward of ours adds, with ``CausalLM.loss`` and with ``F.cross_entropy`` of the logits,
+each in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import platform
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -66,7 +75,15 @@ def main() -> None:
     )
     parser.add_argument("--curve-batch", type=int, default=8)
     parser.add_argument("--curve-seq", type=int, default=128)
+    parser.add_argument("--memory", type=int, nargs="+", metavar="VOCAB", help="peak-memory table instead")
+    parser.add_argument("--memory-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_worker:
+        print(json.dumps(step_memory(args.memory_worker[0], int(args.memory_worker[1]), args.batch_size, args.seq_len)))
+        return
+    if args.memory:
+        print(memory_table(args.memory, args.batch_size, args.seq_len, args.threads))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     machine = platform.processor() or platform.machine()
@@ -194,6 +211,40 @@ def loss_curves(steps: int, batch_size: int, seq_len: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def memory_table(vocab_sizes: list[int], batch_size: int, seq_len: int, threads: int | None) -> str:
+    """Markdown table of the peak memory one training step adds, fused loss vs full logits."""
+    lines = [f"peak resident memory added by one forward + backward of ours, batch {batch_size} x seq {seq_len}",
+             "", "| vocabulary | logits (float32) | CausalLM.loss | F.cross_entropy of the logits | ratio |",
+             "|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for vocab in vocab_sizes:
+        peak = {}
+        for loss in ("fused", "logits"):
+            command = [sys.executable, __file__, "--memory-worker", loss, str(vocab),
+                       "--batch-size", str(batch_size), "--seq-len", str(seq_len)]  # fmt: skip
+            if threads:
+                command += ["--threads", str(threads)]
+            result = subprocess.run(command, capture_output=True, text=True, check=True)
+            peak[loss] = json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
+        logits_mib = batch_size * seq_len * vocab * 4 / 2**20
+        lines.append(f"| {vocab:,} | {logits_mib:.0f} MiB | {peak['fused']:.0f} MiB | {peak['logits']:.0f} MiB | "
+                     f"{peak['logits'] / peak['fused']:.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def step_memory(loss: str, vocab: int, batch_size: int, seq_len: int) -> dict:
+    """Peak resident MiB above the start of one forward + backward (Linux: ``ru_maxrss`` in KiB)."""
+    model = ours(seq_len, vocab_size=vocab)
+    tokens = torch.randint(0, vocab, (batch_size, seq_len + 1))
+    with open("/proc/self/statm") as statm:
+        start_mib = int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+    if loss == "fused":
+        value = model.loss(tokens[:, :-1], tokens[:, 1:])
+    else:
+        value = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+    value.backward()
+    return {"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - start_mib}
+
+
 def autocast_check() -> str:
     """Which dtype autocast gives a Linear and SDPA on this CPU, and bf16 vs fp32 matmul speed."""
     x, weight = torch.randn(2048, 256), torch.randn(1024, 256)
@@ -220,9 +271,9 @@ def autocast_check() -> str:
 VOCAB_SIZE, DIM, LAYERS, HEADS, FF = 8000, 256, 6, 8, 1024
 
 
-def ours(seq_len: int, position: str = "learned") -> nn.Module:
+def ours(seq_len: int, position: str = "learned", vocab_size: int = VOCAB_SIZE) -> nn.Module:
     config = CausalLMConfig(
-        vocab_size=VOCAB_SIZE, dim=DIM, num_layers=LAYERS, num_heads=HEADS, ff_dim=FF, max_seq_len=seq_len,
+        vocab_size=vocab_size, dim=DIM, num_layers=LAYERS, num_heads=HEADS, ff_dim=FF, max_seq_len=seq_len,
         position=position, dropout=0.0, activation="gelu_tanh",
     )  # fmt: skip
     return CausalLM(config)

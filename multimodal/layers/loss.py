@@ -11,8 +11,9 @@ This is the "fused linear cross-entropy" of Liger Kernel (Hsu et al. 2024), in p
 
 Chunks should not be small: every chunk adds its share to the whole ``(vocab, dim)`` weight
 gradient, a read and a write of that matrix. On the 2-core test machine (vocabulary 8,000, dim 256,
-4,096 tokens) a training step of the benchmark model was 8–17 % faster with chunks of 512–1,024
-tokens than with the plain loss, and 9 % slower with chunks of 32 (docs/benchmarks.md).
+4,096 tokens) forward + backward of the benchmark model was 1.06× as fast as with the plain loss
+with chunks of 1,024 tokens at 2 threads (1.08–1.17× at 1 thread), and 0.91× with chunks of 32
+(docs/benchmarks.md).
 
 The numbers are those of ``F.cross_entropy(hidden @ weight.T, targets)``: the same products, and
 the log-sum-exp in float32.
