@@ -10,7 +10,7 @@ modules, each window starting from an empty context (zero LSTM state) for both m
 
 Usage::
 
-    python benchmarks/text_quality.py --threads 2            # the headline table of docs/benchmarks.md
+    python benchmarks/text_quality.py --threads 1            # the headline table of docs/benchmarks.md
     python benchmarks/text_quality.py --position learned --lstm-lr 6e-3 1e-2    # learned positions
     python benchmarks/text_quality.py --steps 300 --transformer-lr 1e-3 2e-3 4e-3 8e-3 --position learned
     python benchmarks/text_quality.py --models lstm --lstm-lr 3e-3 1e-2   # a learning-rate sweep

@@ -78,14 +78,14 @@ def main() -> None:
     parser.add_argument("--memory", type=int, nargs="+", metavar="VOCAB", help="peak-memory table instead")
     parser.add_argument("--memory-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.memory_worker:
         print(json.dumps(step_memory(args.memory_worker[0], int(args.memory_worker[1]), args.batch_size, args.seq_len)))
         return
     if args.memory:
         print(memory_table(args.memory, args.batch_size, args.seq_len, args.threads))
         return
-    if args.threads:
-        torch.set_num_threads(args.threads)
     machine = platform.processor() or platform.machine()
     print(f"# {machine}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     print(f"# batch {args.batch_size} x seq {args.seq_len}; {args.rounds} rounds x {args.steps} steps\n")

@@ -112,7 +112,9 @@ class MultiHeadAttention(nn.Module):
                 relative positions these must be prefix (class) tokens.
         """
         if num_queries is not None and (self.is_cross or cache is not None or self.local is not None):
-            raise ValueError("num_queries is for full self-attention without a cache")
+            raise ValueError("num_queries (a stack's num_outputs) is for full self-attention without a cache")
+        if num_queries is not None and self.causal and self.relative_2d is not None:
+            raise ValueError("num_queries (a stack's num_outputs) with 2D relative positions needs a bidirectional stack")
         if self.is_cross:
             if context is None:
                 raise ValueError("cross-attention needs `context` (the encoder output)")

@@ -44,7 +44,8 @@ def linear_cross_entropy(
             embedding).
         targets: ``(tokens,)`` int64 ids; ``ignore_index`` where a token is not scored.
         ignore_index: Target value that is skipped.
-        reduction: ``"mean"`` over the scored tokens (0 when there are none) or ``"sum"``.
+        reduction: ``"mean"`` over the scored tokens or ``"sum"``. With no scored token (or no
+            token) the loss is 0 for both, where ``F.cross_entropy``'s mean gives nan.
         chunk_size: Tokens per chunk; the largest temporary is ``(chunk_size, vocab)`` (32 MB for
             1,024 tokens of a vocabulary of 8,000 in float32).
 
@@ -60,15 +61,20 @@ def linear_cross_entropy(
         raise ValueError(f"expected targets ({hidden.shape[0]},) for {hidden.shape[0]} tokens, got {tuple(targets.shape)}")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-    return _LinearCrossEntropy.apply(hidden, weight, targets, ignore_index, reduction, chunk_size)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive number of tokens, got {chunk_size}")
+    # Inside the Function grad mode is off, and needs_input_grad ignores it: pass it in, so that
+    # evaluation (no_grad, inference_mode) computes the loss alone.
+    wants_grad = torch.is_grad_enabled()
+    return _LinearCrossEntropy.apply(hidden, weight, targets, ignore_index, reduction, chunk_size, wants_grad)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """Loss and both gradients in the forward pass; the backward pass scales them."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, ignore_index, reduction, chunk_size):  # type: ignore[override]
-        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    def forward(ctx, hidden, weight, targets, ignore_index, reduction, chunk_size, wants_grad):  # type: ignore[override]
+        want_hidden, want_weight = wants_grad and ctx.needs_input_grad[0], wants_grad and ctx.needs_input_grad[1]
         loss_dtype = torch.promote_types(hidden.dtype, torch.float32)
         total = torch.zeros((), dtype=loss_dtype, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
@@ -99,6 +105,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return total / divisor
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the gradients were made in the forward pass
     def backward(ctx, grad_output):  # type: ignore[override]
         grad_hidden, grad_weight, divisor = ctx.saved_tensors
         factor = grad_output / divisor
@@ -106,5 +113,5 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_hidden = grad_hidden * factor.to(grad_hidden.dtype)
         if grad_weight is not None:
             grad_weight = (grad_weight * factor).to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None
 

@@ -186,7 +186,7 @@ class _RelativeAttention(torch.autograd.Function):
         q, k, v, table, key_padding_mask, out = ctx.saved_tensors
         settings: _Settings = ctx.settings
         # Under autocast the forward's products ran in q's dtype (bf16, fp16); the backward runs
-        # outside autocast, so the float32 table is cast here and its gradient cast back.
+        # outside autocast, so the float32 table is cast here; its gradient is summed in float32.
         table_dtype, table = table.dtype, table.to(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])
         q_scaled = q * scale
@@ -196,7 +196,7 @@ class _RelativeAttention(torch.autograd.Function):
         grad_q = torch.empty_like(q)
         grad_k = torch.zeros_like(k)
         grad_v = torch.zeros_like(v)
-        grad_table = torch.zeros_like(table)
+        grad_table = torch.zeros_like(table, dtype=table_dtype)  # summed over blocks in the table's precision
         for block in _blocks(q.shape[-2], k.shape[-2], settings):
             probs, band_rows = _block_probs(q_scaled, k, table, key_padding_mask, block, settings)
             keep = _dropout_keep(probs, block, settings)
@@ -214,9 +214,9 @@ class _RelativeAttention(torch.autograd.Function):
             grad_band = torch.zeros(*grad_logits.shape[:-1], band_rows.numel(), dtype=q.dtype, device=q.device)
             _skew(grad_band, block.num_keys).copy_(grad_logits)
             grad_q_block += grad_band @ table[:, band_rows]
-            grad_table.index_add_(1, band_rows, torch.einsum("bhqw,bhqd->hwd", grad_band, q_block))
+            grad_table.index_add_(1, band_rows, torch.einsum("bhqw,bhqd->hwd", grad_band, q_block).to(table_dtype))
             grad_q[..., block.rows, :] = grad_q_block * scale
-        return grad_q, grad_k, grad_v, grad_table.to(table_dtype), None, None
+        return grad_q, grad_k, grad_v, grad_table, None, None
 
 
 class _Block:

@@ -59,7 +59,7 @@ class CausalLM(nn.Module):
         """Cross-entropy of the next-token logits against ``targets``, without making the logits.
 
         The same value and gradients as ``F.cross_entropy(forward(tokens).flatten(0, 1),
-        targets.flatten())``, computed by :func:`~multimodal.layers.loss.linear_cross_entropy`
+        targets.flatten())``, computed (for a plain bias-free ``nn.Linear`` head) by :func:`~multimodal.layers.loss.linear_cross_entropy`
         a chunk of tokens at a time, so the ``(batch, seq, vocab_size)`` logits never exist.
 
         Args:
@@ -67,7 +67,8 @@ class CausalLM(nn.Module):
             targets: Ids to predict ``(batch, seq)``; ``ignore_index`` where not scored.
             key_padding_mask: ``(batch, seq)`` bool, True at padding.
             ignore_index: Target value that is skipped.
-            reduction: ``"mean"`` over scored targets or ``"sum"``.
+            reduction: ``"mean"`` over scored targets or ``"sum"``. A batch with no scored target
+                gives 0 (``F.cross_entropy``'s mean gives nan).
         """
         if tokens.dim() != 2 or targets.shape != tokens.shape:
             raise ValueError(
@@ -75,13 +76,15 @@ class CausalLM(nn.Module):
                 f"{tuple(targets.shape)}"
             )
         hidden = self.decoder(self.embedding(tokens), key_padding_mask=key_padding_mask)
-        if type(self.head) is not nn.Linear or self.head.bias is not None:  # a replaced head: plain path
-            return F.cross_entropy(
-                self.head(hidden).flatten(0, 1).float(), targets.flatten(), ignore_index=ignore_index,
-                reduction=reduction,
-            )  # fmt: skip
+        head = self.head
+        if type(head) is not nn.Linear or head.bias is not None or head._forward_hooks or head._forward_pre_hooks:
+            # A replaced or hooked head (weight norm, pruning, ...): run it, then the plain loss.
+            total = F.cross_entropy(
+                head(hidden).flatten(0, 1).float(), targets.flatten(), ignore_index=ignore_index, reduction="sum"
+            )
+            return total if reduction == "sum" else total / (targets != ignore_index).sum().clamp(min=1)
         return linear_cross_entropy(
-            hidden.flatten(0, 1), self.head.weight, targets.flatten(), ignore_index=ignore_index, reduction=reduction
+            hidden.flatten(0, 1), head.weight, targets.flatten(), ignore_index=ignore_index, reduction=reduction
         )
 
     def _decoding_head(self, state: DecodingState) -> Tensor:

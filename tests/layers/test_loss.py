@@ -3,8 +3,11 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from multimodal.layers.loss import linear_cross_entropy
+
+aten = torch.ops.aten
 
 
 def _inputs(tokens=37, dim=12, vocab=50, seed=0, dtype=torch.float64):
@@ -57,12 +60,49 @@ def test_a_weight_shared_with_an_embedding_sums_both_gradients():
     )  # fmt: skip
 
 
-def test_without_gradients_only_the_loss_is_computed_and_all_ignored_gives_zero():
+class _CountProducts(TorchDispatchMode):
+    """Counts the matrix products that run (one per chunk for the loss; two more per chunk for gradients)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (aten.matmul.default, aten.mm.default, aten.addmm.default, aten.addmm_.default):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_without_gradients_only_the_loss_is_computed(context):
     hidden, weight, targets = _inputs()
-    with torch.no_grad():
+    with context(), _CountProducts() as products:
         ours = linear_cross_entropy(hidden, weight, targets, chunk_size=5)
+    assert products.count == 8  # ceil(37 / 5) chunks, one product each: no gradient work
     torch.testing.assert_close(ours, F.cross_entropy(hidden @ weight.T, targets).detach(), atol=1e-12, rtol=0)
-    assert linear_cross_entropy(hidden, weight, torch.full_like(targets, -100)).item() == 0.0
+    with _CountProducts() as products:
+        linear_cross_entropy(hidden, weight, targets, chunk_size=5)
+    assert products.count == 3 * 8
+
+
+@pytest.mark.parametrize("trainable", ["hidden", "weight"])
+def test_only_one_input_trainable_gets_the_same_gradient(trainable):
+    hidden, weight, targets = _inputs()
+    hidden.requires_grad_(trainable == "hidden")
+    weight.requires_grad_(trainable == "weight")
+    wanted = hidden if trainable == "hidden" else weight
+    ours = torch.autograd.grad(linear_cross_entropy(hidden, weight, targets, chunk_size=8), wanted)[0]
+    expected = torch.autograd.grad(F.cross_entropy(hidden @ weight.T, targets), wanted)[0]
+    torch.testing.assert_close(ours, expected, atol=1e-12, rtol=0)
+
+
+def test_nothing_scored_or_no_tokens_gives_zero_and_zero_gradients():
+    hidden, weight, targets = _inputs()
+    loss = linear_cross_entropy(hidden, weight, torch.full_like(targets, -100))
+    assert loss.item() == 0.0
+    assert not torch.autograd.grad(loss, hidden)[0].any()
+    empty = linear_cross_entropy(hidden[:0], weight, targets[:0])
+    assert empty.item() == 0.0
 
 
 def test_wrong_shapes_say_what_to_fix():
@@ -73,3 +113,5 @@ def test_wrong_shapes_say_what_to_fix():
         linear_cross_entropy(hidden, weight, targets[:-1])
     with pytest.raises(ValueError, match="reduction"):
         linear_cross_entropy(hidden, weight, targets, reduction="none")
+    with pytest.raises(ValueError, match="chunk_size"):
+        linear_cross_entropy(hidden, weight, targets, chunk_size=0)

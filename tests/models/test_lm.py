@@ -31,6 +31,18 @@ def test_loss_equals_cross_entropy_of_the_logits_values_and_gradients(reduction,
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-4)
 
 
+def test_a_hooked_head_is_run_and_all_ignored_targets_give_zero_on_both_paths():
+    model = _model(tie_embeddings=False)
+    tokens, targets = torch.randint(0, 97, (2, 9)), torch.randint(0, 97, (2, 9))
+    model.head.register_forward_hook(lambda module, inputs, output: output * 2.0)
+    torch.testing.assert_close(
+        model.loss(tokens, targets), F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+    )
+    ignored = torch.full_like(targets, -100)
+    assert model.loss(tokens, ignored).item() == 0.0  # the hooked (plain) path
+    assert _model().loss(tokens, ignored).item() == 0.0  # the fused path
+
+
 def test_a_replaced_head_takes_the_plain_path():
     model = _model(tie_embeddings=False)
     model.head = nn.Sequential(nn.Linear(32, 97), nn.LogSoftmax(-1))  # e.g. a head with a bias
@@ -44,8 +56,8 @@ def test_a_replaced_head_takes_the_plain_path():
 
 @pytest.mark.parametrize("position", ["relative", "learned"])
 def test_loss_under_bf16_autocast_matches_the_logits_path_and_float32(position):
-    model = _model(position=position)
-    tokens, targets = torch.randint(0, 97, (2, 16)), torch.randint(0, 97, (2, 16))
+    model = _model(position=position, max_seq_len=160)
+    tokens, targets = torch.randint(0, 97, (2, 150)), torch.randint(0, 97, (2, 150))  # 2 query blocks
     parameters = list(model.parameters())
     float32 = torch.autograd.grad(model.loss(tokens, targets), parameters)
     with torch.autocast("cpu", dtype=torch.bfloat16):

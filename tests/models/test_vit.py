@@ -71,6 +71,13 @@ def test_class_token_shortcut_gives_the_full_model_logits_and_gradients(position
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
+def test_local_attention_vit_still_classifies_with_the_full_last_block():
+    torch.manual_seed(0)
+    model = ViT(micro(attention="local1d", local_window=4)).eval()
+    images = torch.rand(2, 1, 8, 8)
+    torch.testing.assert_close(model(images), model.forward_head(model.forward_features(images)))
+
+
 def test_positions_make_the_model_see_where_patches_are():
     images = torch.rand(2, 1, 8, 8)
     moved = torch.roll(images, shifts=2, dims=-1)  # the same patches, one patch column further right
