@@ -62,14 +62,12 @@ class ViT(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         """Class logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``.
 
-        With class-token pooling (and full attention) only the class token's output is needed, so
-        the last block computes that one token (``Encoder(num_outputs=1)``): the same logits as
+        With class-token pooling only the class token's output is needed, so the last block
+        computes that one token (``Encoder(num_outputs=1)``): the same logits as
         ``forward_head(forward_features(images))``, for about 7 % less work.
         """
-        tokens = self._embed(images)
-        class_token_only = self.config.pooling == "cls" and self.config.attention == "full"
-        num_outputs = self.num_prefix_tokens if class_token_only else None
-        return self.forward_head(self.encoder(tokens, num_outputs=num_outputs))
+        num_outputs = self.num_prefix_tokens if self.config.pooling == "cls" else None
+        return self.forward_head(self.encoder(self._embed(images), num_outputs=num_outputs))
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Normalised tokens ``(batch, prefix + num_patches, dim)`` of images ``(batch, c, h, w)``."""
