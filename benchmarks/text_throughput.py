@@ -102,12 +102,26 @@ def main() -> None:
 
 
 def measure(
-    names: list[str], precision: str, rounds: int, steps: int, batch_size: int, seq_len: int
+    names: list[str],
+    precision: str,
+    rounds: int,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+    device: str = "cpu",
+    builders: dict[str, Callable[[int], nn.Module]] | None = None,
 ) -> dict[str, list[float]]:
-    """Tokens/s of each model in each round, the models taking turns."""
+    """Tokens/s of each model in each round, the models taking turns.
+
+    ``builders`` adds or replaces models by name (the GPU check adds compiled ones).
+    """
+    builders = {**BUILDERS, **(builders or {})}
     torch.manual_seed(0)
-    tokens = torch.randint(0, VOCAB_SIZE, (batch_size, seq_len + 1))
-    trainers = {name: Trainer(BUILDERS[name](seq_len), precision, name in MODEL_LOSS) for name in names}
+    tokens = torch.randint(0, VOCAB_SIZE, (batch_size, seq_len + 1), device=device)
+    trainers = {
+        name: Trainer(builders[name](seq_len).to(device), precision, name.split("+")[0] in MODEL_LOSS)
+        for name in names
+    }
     for trainer in trainers.values():
         trainer.step(tokens)  # warm-up: allocations, oneDNN primitive caches
     results: dict[str, list[float]] = {name: [] for name in names}
@@ -128,10 +142,13 @@ class Trainer:
         self.model_loss = model_loss and isinstance(model, CausalLM)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.autocast = precision == "bf16-mixed"
+        self.device_type = next(model.parameters()).device.type
         self.losses: list[float] = []
 
     def step(self, tokens: Tensor) -> float:
-        context = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        context = (
+            torch.autocast(self.device_type, dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        )
         with context:
             if self.model_loss:  # ours: the loss without the (batch, seq, vocab) logits
                 loss = self.model.loss(tokens[:, :-1], tokens[:, 1:])
@@ -141,7 +158,7 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.losses.append(loss.item())
+        self.losses.append(loss.item())  # also waits for the GPU, so step times are real
         return self.losses[-1]
 
 

@@ -15,6 +15,7 @@ import torch
 from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor, nn
 
+from multimodal.layers import compile_blocks
 from multimodal.models import CausalLM, CausalLMConfig
 from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
@@ -46,6 +47,8 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
             or by the clock when `trainer.max_time` ends the run first).
         pad_id: Padding id ignored by the loss; None when batches hold no padding.
         finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
+        compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
+            the first steps pay for compilation.
     """
 
     #: Data-module attribute -> init argument, linked by the CLI at instantiation.
@@ -60,15 +63,18 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
         warmup_steps: int = 100,
         pad_id: int | None = None,
         finetune: FineTuneConfig | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         config = CausalLMConfig(**model) if isinstance(model, dict) else (model or CausalLMConfig())
         # Plain types only, so checkpoints load with torch.load(weights_only=True).
         self.save_hyperparameters({"model": asdict(config), "warmup_steps": warmup_steps, "pad_id": pad_id,
-                                   "finetune": finetune_hparams(finetune)})  # fmt: skip
+                                   "finetune": finetune_hparams(finetune), "compile": compile})  # fmt: skip
         self.config = config
         self.model = CausalLM(config)
         self.configure_finetuning(finetune)
+        if compile:
+            compile_blocks(self.model)
         self.optimizer_factory = optimizer
         self.warmup_steps = warmup_steps
         self.pad_id = pad_id

@@ -22,6 +22,7 @@ from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from multimodal.layers import compile_blocks
 from multimodal.models import ViT, ViTConfig
 from tasks.checkpoint import SelfContainedCheckpoint
 from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
@@ -60,6 +61,8 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
         confusion_matrix_every_n_epochs: Write the validation confusion matrix after every n-th
             validation epoch and the last one (rendering takes about 0.3 s; 0: only after the last).
         finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
+        compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
+            the first steps pay for compilation.
     """
 
     #: Data-module attribute -> init argument, linked by the CLI at instantiation.
@@ -80,6 +83,7 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
         class_names: list[str] | None = None,
         confusion_matrix_every_n_epochs: int = 1,
         finetune: FineTuneConfig | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         config = ViTConfig(**model) if isinstance(model, dict) else (model or ViTConfig())
@@ -91,11 +95,13 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
             "label_smoothing": label_smoothing,
             "class_names": None if class_names is None else list(class_names),
             "confusion_matrix_every_n_epochs": confusion_matrix_every_n_epochs,
-            "finetune": finetune_hparams(finetune),
+            "finetune": finetune_hparams(finetune), "compile": compile,
         })  # fmt: skip
         self.config = config
         self.model = ViT(config)
         self.configure_finetuning(finetune)
+        if compile:
+            compile_blocks(self.model)
         self.optimizer_factory = optimizer
         self.warmup_steps, self.min_lr_ratio, self.label_smoothing = (
             warmup_steps,

@@ -32,6 +32,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_info
 from multimodal.convert.blocks import load_blocks, select_names
 from multimodal.finetune import count_parameters, freeze, parameter_groups, scale_learning_rates, unfreeze
 from multimodal.layers.lora import LoRAConfig, apply_lora
+from tasks.optim import fused_on_cuda
 
 
 @dataclass
@@ -130,6 +131,8 @@ class FineTuningMixin:
     ) -> torch.optim.Optimizer:
         """``factory(parameter groups)`` of the trainable parameters, pretrained learning rates scaled.
 
+        Adam and AdamW on a GPU take the fused kernel (:func:`tasks.optim.fused_on_cuda`).
+
         Args:
             factory: The task's ``OptimizerCallable``.
             no_decay: Names trained without weight decay; None: tensors of fewer than 2 dimensions.
@@ -140,7 +143,7 @@ class FineTuningMixin:
             raise ValueError(
                 "every parameter is frozen: unfreeze some (finetune.unfreeze) or add LoRA adapters"
             )
-        return scale_learning_rates(factory(groups))
+        return fused_on_cuda(scale_learning_rates(factory(groups)))
 
     def on_fit_start(self) -> None:
         super().on_fit_start()

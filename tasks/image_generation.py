@@ -20,6 +20,7 @@ from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.loggers import TensorBoardLogger
 from torch import Tensor
 
+from multimodal.layers import compile_blocks
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.pixels import sample_images
@@ -50,6 +51,8 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         sample_every_n_epochs: How often to sample.
         sample_temperature: Temperature of the grid's samples.
         finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
+        compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
+            the first steps pay for compilation.
     """
 
     #: Data-module attribute -> init argument, linked by the CLI at instantiation.
@@ -70,6 +73,7 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         sample_every_n_epochs: int = 1,
         sample_temperature: float = 1.0,
         finetune: FineTuneConfig | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         config = (
@@ -81,11 +85,13 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         self.save_hyperparameters({
             "model": asdict(config), "warmup_steps": warmup_steps, "num_samples": num_samples,
             "sample_every_n_epochs": sample_every_n_epochs, "sample_temperature": sample_temperature,
-            "finetune": finetune_hparams(finetune),
+            "finetune": finetune_hparams(finetune), "compile": compile,
         })  # fmt: skip
         self.config = config
         self.model = ImageTransformer(config)
         self.configure_finetuning(finetune)
+        if compile:
+            compile_blocks(self.model)
         self.optimizer_factory = optimizer
         self.warmup_steps = warmup_steps
         self.num_samples, self.sample_every_n_epochs = num_samples, sample_every_n_epochs

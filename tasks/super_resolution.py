@@ -24,6 +24,7 @@ from torchmetrics.functional.image import peak_signal_noise_ratio, structural_si
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
 from multimodal.data.images import SKIMAGE_HELD_OUT_PHOTOS, bicubic_downsample, skimage_photos
+from multimodal.layers import compile_blocks
 from multimodal.models.config import SuperResolutionConfig
 from multimodal.models.super_resolution import bicubic_upsample, build_super_resolution
 from multimodal.pixels import sample_high_res, upscale
@@ -54,6 +55,8 @@ class SuperResolution(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         sample_temperature: Autoregressive: temperature of validation and default generation samples.
         num_val_samples: Autoregressive: validation crops sampled for PSNR / SSIM.
         finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`);
+        compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
+            the first steps pay for compilation.
             the autoregressive model has two stacks, so ``finetune.init_stack`` says which one
             (``encoder`` or ``decoder``) receives the blocks.
     """
@@ -73,6 +76,7 @@ class SuperResolution(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         sample_temperature: float = 0.8,
         num_val_samples: int = 4,
         finetune: FineTuneConfig | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         config = (
@@ -81,11 +85,13 @@ class SuperResolution(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         # Plain types only, so checkpoints load with torch.load(weights_only=True).
         self.save_hyperparameters({
             "model": asdict(config), "warmup_steps": warmup_steps, "sample_temperature": sample_temperature,
-            "num_val_samples": num_val_samples, "finetune": finetune_hparams(finetune),
+            "num_val_samples": num_val_samples, "finetune": finetune_hparams(finetune), "compile": compile,
         })  # fmt: skip
         self.config = config
         self.model = build_super_resolution(config)
         self.configure_finetuning(finetune)
+        if compile:
+            compile_blocks(self.model)
         self.optimizer_factory = optimizer
         self.warmup_steps = warmup_steps
         self.sample_temperature, self.num_val_samples = sample_temperature, num_val_samples

@@ -10,7 +10,7 @@ from multimodal.layers.loss import linear_cross_entropy
 from multimodal.layers.position import LearnedPositions, SinusoidalPositions
 from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
 from multimodal.layers.relative2d import RelativePosition2D
-from multimodal.layers.stack import Decoder, Encoder, TransformerStack
+from multimodal.layers.stack import Decoder, Encoder, TransformerStack, compile_blocks
 
 __all__ = [
     "Decoder",
@@ -29,6 +29,7 @@ __all__ = [
     "TransformerStack",
     "attend",
     "attend_reference",
+    "compile_blocks",
     "linear_cross_entropy",
     "relative_attention",
     "set_grid_width",

@@ -5,7 +5,7 @@ Two paths compute the same thing:
 * :func:`attend` — the fast path used by the model: ``scaled_dot_product_attention`` when no
   position term enters the logits or when it comes as a ready ``bias`` (2D relative positions,
   :mod:`multimodal.layers.relative2d`), the skewed query-blocked kernel of
-  :mod:`multimodal.layers.relative` when 1D relative positions do;
+  :mod:`multimodal.layers.relative` when 1D relative positions do (FlexAttention on a GPU);
 * :func:`attend_reference` — plain PyTorch that materialises every logit. Slow and quadratic in
   memory, but obviously correct: the tests hold the fast path to it.
 

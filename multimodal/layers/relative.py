@@ -18,6 +18,10 @@ goes one step further so that training memory grows linearly in ``seq_len``:
 * in causal attention a query block only ever touches the keys up to its last query, which halves
   the work.
 
+On a GPU, :func:`relative_attention` hands the same computation to one fused FlexAttention kernel
+instead (:mod:`multimodal.layers.relative_flex`); this module's kernel is the CPU path and the one
+with attention dropout.
+
 Legend for shapes: ``b`` batch, ``h`` heads, ``q``/``k`` query/key positions, ``d`` head_dim,
 ``w`` band width (distinct distances one block needs), ``n`` number of distances in the table.
 """
@@ -25,10 +29,15 @@ Legend for shapes: ``b`` batch, ``h`` heads, ``q``/``k`` query/key positions, ``
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from multimodal.layers.relative_flex import flex_relative_attention
+
+Backend = Literal["auto", "skew", "flex"]
 
 
 class RelativePositionEmbedding(nn.Module):
@@ -78,8 +87,9 @@ def relative_attention(
     key_padding_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     block_size: int = 128,
+    backend: Backend = "auto",
 ) -> Tensor:
-    """Memory-efficient relative attention (skewed, query-blocked, recomputing backward).
+    """Memory-efficient relative attention: the skewed kernel, or FlexAttention on a GPU.
 
     Args:
         q: Queries ``(batch, heads, q_len, head_dim)``.
@@ -91,8 +101,12 @@ def relative_attention(
             incremental decoding, where ``k_len = query_offset + q_len``.
         key_padding_mask: ``(batch, k_len)`` bool, True where a key is padding and must be ignored.
         dropout_p: Dropout on the attention probabilities (pass 0.0 in eval mode).
-        block_size: Queries per block; trades Python overhead against transient memory
-            ``batch * heads * block_size * k_len``.
+        block_size: Queries per block of the skewed kernel; trades Python overhead against
+            transient memory ``batch * heads * block_size * k_len``.
+        backend: ``"skew"``: this module's query-blocked kernel (any device, O(L·d) memory).
+            ``"flex"``: one fused FlexAttention kernel (:mod:`multimodal.layers.relative_flex`;
+            backward on CUDA only; no dropout). ``"auto"``: flex for CUDA tensors without dropout,
+            skew otherwise.
 
     Returns:
         ``(batch, heads, q_len, head_dim)``.
@@ -100,6 +114,15 @@ def relative_attention(
     _check_shapes(q, k, v, causal, query_offset, key_padding_mask)
     if causal and q.shape[-2] == 1 and dropout_p == 0:  # a cached decoding step
         return _newest_query_attention(q, k, v, embedding, key_padding_mask)
+    if backend not in ("auto", "skew", "flex"):
+        raise ValueError(f"backend must be 'auto', 'skew' or 'flex', got {backend!r}")
+    if backend == "flex" and dropout_p > 0:
+        raise ValueError("FlexAttention has no attention dropout: use backend='skew' or attention_dropout=0")
+    if backend == "flex" or (backend == "auto" and q.is_cuda and dropout_p == 0):
+        return flex_relative_attention(
+            q, k, v, embedding.weight, embedding.max_distance, causal=causal, query_offset=query_offset,
+            key_padding_mask=key_padding_mask,
+        )  # fmt: skip
     seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
     settings = _Settings(causal, query_offset, dropout_p, seed, block_size, embedding.max_distance)
     return _RelativeAttention.apply(q, k, v, embedding.weight, key_padding_mask, settings)

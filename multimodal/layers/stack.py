@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from multimodal.layers.block import TransformerBlock
@@ -33,6 +34,17 @@ class TransformerStack(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(config, causal) for _ in range(config.num_layers))
         self.norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self._compiled_blocks: list[nn.Module] | None = None  # a plain list: not submodules
+
+    def compile_blocks(self, **options) -> None:
+        """Compiles each block with ``torch.compile(block, **options)`` for full-sequence calls.
+
+        Each block is compiled on its own (as torchtune and torchtitan do): the graphs are small,
+        identical blocks share compiled code, and the loss, embeddings and sampling stay eager.
+        Calls with a decoding state (cached generation, whose shapes grow every step) keep the
+        eager blocks. Parameters and state-dict keys do not change.
+        """
+        self._compiled_blocks = [torch.compile(block, **options) for block in self.blocks]
 
     def forward(
         self,
@@ -73,9 +85,10 @@ class TransformerStack(nn.Module):
             x = x + self.positions(x.shape[1], offset).to(x.dtype)
         x = self.dropout(x)
         last = len(self.blocks) - 1
-        for index, block in enumerate(self.blocks):
+        blocks = self._compiled_blocks if self._compiled_blocks is not None and state is None else self.blocks
+        for index, block in enumerate(blocks):
             # Local attention computes whole blocks of queries: its last block runs in full.
-            trim = index == last and block.attention.local is None
+            trim = index == last and self.blocks[index].attention.local is None
             x = block(
                 x, context=context, key_padding_mask=key_padding_mask,
                 context_padding_mask=context_padding_mask, state=state, layer=index,
@@ -105,3 +118,16 @@ class Decoder(TransformerStack):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__(config, causal=True)
+
+
+def compile_blocks(model: nn.Module, **options) -> nn.Module:
+    """Compiles the blocks of every :class:`TransformerStack` inside ``model`` in place; returns ``model``.
+
+    Args:
+        model: Any module holding stacks (a ``CausalLM``, ``ViT``, encoder-decoder, ...).
+        **options: Passed to ``torch.compile`` (``mode="max-autotune"``, ``dynamic=True``, ...).
+    """
+    for module in model.modules():
+        if isinstance(module, TransformerStack):
+            module.compile_blocks(**options)
+    return model

@@ -12,6 +12,9 @@ from multimodal.layers.stack import Decoder
 from multimodal.models.config import CausalLMConfig
 from multimodal.models.init import init_weights
 
+PLAIN_LOSS_MAX_BYTES = 4 * 2**30
+"""Largest float32 logits tensor :meth:`CausalLM.loss` makes on a GPU before it switches to chunks."""
+
 
 class CausalLM(nn.Module):
     """Token embedding, causal :class:`~multimodal.layers.Decoder`, linear head to the vocabulary.
@@ -55,12 +58,17 @@ class CausalLM(nn.Module):
         key_padding_mask: Tensor | None = None,
         ignore_index: int = -100,
         reduction: str = "mean",
+        chunked: bool | None = None,
     ) -> Tensor:
-        """Cross-entropy of the next-token logits against ``targets``, without making the logits.
+        """Cross-entropy of the next-token logits against ``targets``, by default without making the logits.
 
         The same value and gradients as ``F.cross_entropy(forward(tokens).flatten(0, 1),
-        targets.flatten())``, computed (for a plain bias-free ``nn.Linear`` head) by :func:`~multimodal.layers.loss.linear_cross_entropy`
-        a chunk of tokens at a time, so the ``(batch, seq, vocab_size)`` logits never exist.
+        targets.flatten())``. Chunked (for a plain bias-free ``nn.Linear`` head), it is computed by
+        :func:`~multimodal.layers.loss.linear_cross_entropy` a chunk of tokens at a time, so the
+        ``(batch, seq, vocab_size)`` logits never exist: faster on a CPU (1.06x the training step,
+        docs/benchmarks.md) and much smaller in memory. On a GPU the plain loss is faster (an H200
+        trained the benchmark LM 1.66x as fast with it, docs/benchmarks.md), so there it is the
+        default unless the float32 logits would pass :data:`PLAIN_LOSS_MAX_BYTES`.
 
         Args:
             tokens: Input ids ``(batch, seq)``.
@@ -69,6 +77,8 @@ class CausalLM(nn.Module):
             ignore_index: Target value that is skipped.
             reduction: ``"mean"`` over scored targets or ``"sum"``. A batch with no scored target
                 gives 0 (``F.cross_entropy``'s mean gives nan).
+            chunked: True: the chunked loss; False: logits, then ``F.cross_entropy``; None: chunked
+                except on a GPU when the logits are at most :data:`PLAIN_LOSS_MAX_BYTES`.
         """
         if tokens.dim() != 2 or targets.shape != tokens.shape:
             raise ValueError(
@@ -77,8 +87,12 @@ class CausalLM(nn.Module):
             )
         hidden = self.decoder(self.embedding(tokens), key_padding_mask=key_padding_mask)
         head = self.head
-        if type(head) is not nn.Linear or head.bias is not None or head._forward_hooks or head._forward_pre_hooks:
-            # A replaced or hooked head (weight norm, pruning, ...): run it, then the plain loss.
+        if chunked is None:
+            logits_bytes = 4 * targets.numel() * self.config.vocab_size
+            chunked = not (hidden.is_cuda and logits_bytes <= PLAIN_LOSS_MAX_BYTES)
+        plain_head = type(head) is nn.Linear and head.bias is None and not (head._forward_hooks or head._forward_pre_hooks)
+        if not (chunked and plain_head):
+            # The plain loss; always for a replaced or hooked head (weight norm, pruning, ...).
             total = F.cross_entropy(
                 head(hidden).flatten(0, 1).float(), targets.flatten(), ignore_index=ignore_index, reduction="sum"
             )

@@ -11,8 +11,8 @@ from multimodal.layers.relative import RelativePositionEmbedding, relative_atten
 def naive_shaw_attention(q, k, v, table, *, causal, max_distance, query_offset=0, key_padding_mask=None):
     """Shaw et al. 2018 written out: a_ij = E[clip(j - i)] gathered into a (q, k, heads, d) tensor."""
     q_len, k_len = q.shape[-2], k.shape[-2]
-    i = torch.arange(q_len)[:, None] + query_offset
-    j = torch.arange(k_len)[None, :]
+    i = torch.arange(q_len, device=q.device)[:, None] + query_offset
+    j = torch.arange(k_len, device=q.device)[None, :]
     distance = (j - i).clamp(-max_distance, 0 if causal else max_distance) + max_distance
     a = table[:, distance]  # (h, q, k, d) -- the tensor the skew avoids
     logits = torch.einsum("bhid,bhjd->bhij", q, k) + torch.einsum("bhid,hijd->bhij", q, a)

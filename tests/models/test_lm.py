@@ -71,3 +71,18 @@ def test_loss_under_bf16_autocast_matches_the_logits_path_and_float32(position):
         assert got.dtype == expected.dtype == exact.dtype == torch.float32
         torch.testing.assert_close(got, expected, atol=2e-2, rtol=0.1)
         assert (got - exact).norm() <= 0.05 * exact.norm() + 1e-6  # bf16 rounding, not a wrong gradient
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_both_loss_paths_equal_cross_entropy_and_cpu_defaults_to_chunks(chunked, monkeypatch):
+    import multimodal.models.lm as lm
+
+    model = _model()
+    tokens, targets = torch.randint(0, 97, (2, 13)), torch.randint(0, 97, (2, 13))
+    reference = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+    torch.testing.assert_close(model.loss(tokens, targets, chunked=chunked), reference, atol=1e-5, rtol=1e-6)
+    calls = []
+    monkeypatch.setattr(lm, "linear_cross_entropy", lambda *args, **kwargs: calls.append(1) or reference)
+    model.loss(tokens, targets)  # chunked=None on a CPU: the chunked loss
+    model.loss(tokens, targets, chunked=False)
+    assert calls == [1]
