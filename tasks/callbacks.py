@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 
-from multimodal.music import continue_music, primer_ids
+from multimodal.music import continue_music, evaluate_continuations, primer_ids
+from multimodal.music_stats import overlaps
 from tasks.outputs import log_folder
 
 
 class MusicSampleCallback(pl.Callback):
     """Every ``every_n_epochs`` validation epochs, continues a held-out piece into MIDI + piano roll.
 
-    Files go to ``<log_dir>/samples/epoch_<n>/sample_0.{mid,png}`` (no audio: it stays fast).
+    Files go to ``<log_dir>/samples/epoch_<n>/sample_0.{mid,png}`` (no audio: it stays fast). With
+    ``num_stats_primers`` it also continues that many held-out pieces and logs how their note
+    statistics compare with the real continuations (:mod:`multimodal.music_stats`):
+    ``sample_<feature>_overlap`` for duration, polyphony, ioi, pitch_class and pitch (1 = the same
+    distribution), ``sample_longest_note`` (seconds) and ``sample_sounding_at_end`` (share of notes).
 
     Args:
         every_n_epochs: How often to sample.
@@ -20,6 +25,7 @@ class MusicSampleCallback(pl.Callback):
         temperature: Sampling temperature.
         top_k: Keep only the ``top_k`` most likely events (None: all).
         seed: Sampling seed, so samples of different epochs compare like for like.
+        num_stats_primers: Held-out pieces continued for the logged statistics (0: none).
     """
 
     def __init__(
@@ -30,9 +36,11 @@ class MusicSampleCallback(pl.Callback):
         temperature: float = 1.0,
         top_k: int | None = None,
         seed: int = 0,
+        num_stats_primers: int = 4,
     ) -> None:
         self.every_n_epochs, self.primer_seconds, self.max_new_tokens = every_n_epochs, primer_seconds, max_new_tokens
         self.temperature, self.top_k, self.seed = temperature, top_k, seed
+        self.num_stats_primers = num_stats_primers
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, task: pl.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero or (trainer.current_epoch + 1) % self.every_n_epochs:
@@ -45,3 +53,14 @@ class MusicSampleCallback(pl.Callback):
             task.model, datamodule.tokenizer, primer, out_dir, max_new_tokens=self.max_new_tokens,
             temperature=self.temperature, top_k=self.top_k, seed=self.seed, audio=False,
         )  # fmt: skip
+        if self.num_stats_primers:
+            generated, reference, _ = evaluate_continuations(
+                task.model, datamodule.tokenizer, held_out.notes[: self.num_stats_primers],
+                primer_seconds=self.primer_seconds, max_new_tokens=self.max_new_tokens,
+                temperature=self.temperature, top_k=self.top_k, seed=self.seed,
+            )  # fmt: skip
+            metrics = {f"sample_{name}_overlap": value for name, value in overlaps(generated, reference).items()}
+            metrics["sample_longest_note"] = generated.longest_note
+            metrics["sample_sounding_at_end"] = generated.sounding_at_end_share
+            if trainer.logger is not None:
+                trainer.logger.log_metrics(metrics, step=trainer.global_step)

@@ -31,8 +31,6 @@ from multimodal.data.text import find_text_files, read_text_file
 from multimodal.generation import generate
 from multimodal.tokenizers.text import TextTokenizer
 from tasks.causal_lm import IGNORE_INDEX, CausalLMTask
-from tasks.checkpoint import load_task
-from tasks.cli import command
 from tasks.datamodules.text import DocumentWindows, evaluation_loader, token_byte_lengths
 from tasks.outputs import log_folder
 
@@ -65,6 +63,16 @@ class LanguageModeling(CausalLMTask):
         """Adds ``{stage}_bpb`` (bits per UTF-8 byte) to the NLL and perplexity."""
         super().log_epoch_metrics(stage, sums)
         self.log(f"{stage}_bpb", Score.from_sums(sums).bits_per_byte, sync_dist=False)
+
+    # ---------------------------------------------------------------------- multimodal perplexity
+    @staticmethod
+    def add_perplexity_arguments(parser: argparse.ArgumentParser) -> None:
+        """Options of ``multimodal perplexity`` for text checkpoints."""
+        _add_perplexity_arguments(parser)
+
+    def run_perplexity(self, tokenizer: TextTokenizer, args: argparse.Namespace) -> None:
+        """Prints NLL, perplexity and bits per byte per file and in total (see :func:`_run_perplexity`)."""
+        _run_perplexity(self, tokenizer, args)
 
     # ------------------------------------------------------------------------ multimodal generate
     @staticmethod
@@ -245,35 +253,21 @@ def score_text(
     return score_windows(task, windows, batch_size)
 
 
-@command(
-    "perplexity",
-    "token perplexity and bits per byte of text files: multimodal perplexity --checkpoint CKPT FILE...",
-)
-def perplexity_command(argv: list[str]) -> None:
-    """``multimodal perplexity``: scores each file as one document, then all of them together.
+def _add_perplexity_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``multimodal perplexity`` for text checkpoints."""
+    parser.add_argument("files", nargs="+", help="text files, folders (*.txt, *.md, *.py) or globs")
+    parser.add_argument("--context", type=int, default=None, help="tokens per window (default: the run's seq_len)")
+    parser.add_argument("--stride", type=int, default=None, help="default: the run's test stride (seq_len // 2)")
+    parser.add_argument("--batch-size", type=int, default=8)
+
+
+def _run_perplexity(task: LanguageModeling, tokenizer: TextTokenizer, args: argparse.Namespace) -> None:
+    """Scores each text file as one document, then all of them together.
 
     Every token of every file is predicted once, after an EOS that starts the document, with
     windows of ``--context`` tokens moved ``--stride`` tokens at a time (see docs/text.md). The
     defaults are those of the run's ``multimodal test``, so the totals over its test files agree.
     """
-    parser = argparse.ArgumentParser(prog="multimodal perplexity", description=perplexity_command.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--checkpoint", type=Path, required=True, help="a .ckpt written by `multimodal fit`")
-    parser.add_argument("files", nargs="+", help="text files, folders (*.txt, *.md, *.py) or globs")
-    parser.add_argument(
-        "--context", type=int, default=None, help="tokens per window (default: the run's seq_len)"
-    )
-    parser.add_argument(
-        "--stride", type=int, default=None, help="default: the run's test stride (seq_len // 2)"
-    )
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args(argv)
-    if not args.checkpoint.is_file():
-        parser.error(f"checkpoint not found: {args.checkpoint}")
-    task, tokenizer = load_task(args.checkpoint, map_location=args.device)
-    if not isinstance(task, LanguageModeling):
-        parser.error(f"{args.checkpoint} is a {type(task).__name__} checkpoint, not a text language model")
     context, stride = _default_windows(args.checkpoint, task, args.context, args.stride)
     print(f"context {context}, stride {stride}; nll in nats per token, bpb in bits per UTF-8 byte")
     print(f"{'file':<48} {'tokens':>9} {'bytes':>10} {'nll':>8} {'ppl':>10} {'bpb':>7}")

@@ -5,9 +5,10 @@ A corpus is loaded once as note arrays (:class:`MidiCorpus`): one float array
 :func:`~multimodal.tokenizers.midi.notes_from_midi`. The data sets augment those arrays and
 encode them on the fly with :meth:`MidiTokenizer.encode_notes` (about 0.25 ms a chorale).
 
-Train / validation split — by piece, never by window: a piece goes to validation when the
-first 8 bytes of the SHA-1 of its name, read as a big-endian integer, modulo 100 are below
-``validation_percent`` (default 10). The name of a chorale is its music21 file name
+Train / validation / test split — by piece, never by window: the first 8 bytes of the SHA-1 of
+a piece's name, read as a big-endian integer, modulo 100 give its bucket; buckets below
+``validation_percent`` (default 10) are validation, the next ``test_percent`` (default 10) test,
+the rest train. Choices (recipes, sizes) are made on validation; test is for the final report. The name of a chorale is its music21 file name
 (``"bwv269"``); the name of a file in a user folder is its path relative to the folder
 (``"op10/etude1.mid"``). The split of a piece never changes when pieces are added or removed.
 
@@ -67,15 +68,13 @@ class MidiCorpus:
         """Number of files or chorales that were skipped."""
         return len(self.skipped)
 
-    def split(self, split: str, validation_percent: int = 10) -> MidiCorpus:
-        """The pieces of one split: ``"train"``, ``"validation"`` or ``"all"`` (see module docstring)."""
+    def split(self, split: str, validation_percent: int = 10, test_percent: int = 10) -> MidiCorpus:
+        """The pieces of one split: ``"train"``, ``"validation"``, ``"test"`` or ``"all"`` (module docstring)."""
         if split == "all":
             return self
-        if split not in ("train", "validation"):
-            raise ValueError(f"split must be 'train', 'validation' or 'all', got {split!r}")
-        keep = [
-            is_validation_piece(name, validation_percent) == (split == "validation") for name in self.names
-        ]
+        if split not in ("train", "validation", "test"):
+            raise ValueError(f"split must be 'train', 'validation', 'test' or 'all', got {split!r}")
+        keep = [piece_split(name, validation_percent, test_percent) == split for name in self.names]
         return MidiCorpus(
             [name for name, k in zip(self.names, keep, strict=True) if k],
             [notes for notes, k in zip(self.notes, keep, strict=True) if k],
@@ -86,10 +85,17 @@ class MidiCorpus:
         return len(self.names)
 
 
+def piece_split(name: str, validation_percent: int = 10, test_percent: int = 10) -> str:
+    """``"validation"``, ``"test"`` or ``"train"``: a fixed hash of the piece's name decides."""
+    bucket = int.from_bytes(hashlib.sha1(name.encode("utf-8")).digest()[:8], "big") % 100
+    if bucket < validation_percent:
+        return "validation"
+    return "test" if bucket < validation_percent + test_percent else "train"
+
+
 def is_validation_piece(name: str, validation_percent: int = 10) -> bool:
     """Whether a piece belongs to the validation split (a fixed hash of its name)."""
-    digest = hashlib.sha1(name.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") % 100 < validation_percent
+    return piece_split(name, validation_percent, 0) == "validation"
 
 
 # ---------------------------------------------------------------------------- corpora
@@ -146,27 +152,46 @@ def load_midi_folder(folder: str | Path, include_drums: bool = False) -> MidiCor
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"MIDI folder {folder} does not exist or is not a folder")
-    paths = sorted(p for p in folder.rglob("*") if p.suffix.lower() in MIDI_SUFFIXES and p.is_file())
-    names, notes, skipped = [], [], []
-    for path in paths:
-        try:
-            piece = notes_from_midi(path, include_drums=include_drums)
-        except Exception as error:  # mido/pretty_midi raise many kinds on corrupt files
-            reason = f"cannot be read ({type(error).__name__}: {error})"
-        else:
-            if len(piece):
-                names.append(path.relative_to(folder).as_posix())
-                notes.append(piece)
-                continue
-            reason = "holds no note" + ("" if include_drums else " outside drum tracks")
-        skipped.append(f"{path}: {reason}")
-        warnings.warn(f"skipping MIDI file {path}: {reason}", stacklevel=2)
-    if not names:
+    corpus = load_midi_files([folder], include_drums)
+    if not corpus.names:
         raise FileNotFoundError(
             f"no usable MIDI file under {folder.resolve()} (searched recursively for "
-            f"{', '.join('*' + s for s in MIDI_SUFFIXES)}, any case): found {len(paths)} file(s), "
-            f"{len(skipped)} skipped"
+            f"{', '.join('*' + s for s in MIDI_SUFFIXES)}, any case): {corpus.num_skipped} file(s) skipped"
         )
+    return corpus
+
+
+def load_midi_files(paths: list[str | Path], include_drums: bool = False) -> MidiCorpus:
+    """MIDI files, and every ``.mid`` / ``.midi`` file under folders (recursively), in the order given.
+
+    A piece's name is its path relative to the folder it was found in (a file's: its file name).
+    Missing paths, files that cannot be parsed and files with no note are skipped with a warning
+    naming each one and counted in ``num_skipped``; the corpus may be empty.
+    """
+    names, notes, skipped = [], [], []
+    for entry in map(Path, paths):
+        if entry.is_dir():
+            files = sorted(p for p in entry.rglob("*") if p.suffix.lower() in MIDI_SUFFIXES and p.is_file())
+            base = entry
+        elif entry.is_file():
+            files, base = [entry], entry.parent
+        else:
+            skipped.append(f"{entry}: does not exist")
+            warnings.warn(f"skipping {entry}: does not exist", stacklevel=2)
+            continue
+        for path in files:
+            try:
+                piece = notes_from_midi(path, include_drums=include_drums)
+            except Exception as error:  # mido/pretty_midi raise many kinds on corrupt files
+                reason = f"cannot be read ({type(error).__name__}: {error})"
+            else:
+                if len(piece):
+                    names.append(path.relative_to(base).as_posix())
+                    notes.append(piece)
+                    continue
+                reason = "holds no note" + ("" if include_drums else " outside drum tracks")
+            skipped.append(f"{path}: {reason}")
+            warnings.warn(f"skipping MIDI file {path}: {reason}", stacklevel=2)
     return MidiCorpus(names, notes, skipped)
 
 
@@ -288,6 +313,10 @@ class MidiPieceWindows(Dataset):
     the NLL per token of the whole validation set, comparable between runs with the same
     tokenizer and ``seq_len``. Tokens at the start of a window see no earlier context.
 
+    ``num_notes`` and ``seconds`` (notes in the pieces, their summed lengths, before
+    tokenization) turn the summed NLL into units that compare across vocabularies: nats per note
+    and per second of music.
+
     Args:
         corpus: The (validation) pieces.
         tokenizer: Encodes the notes.
@@ -299,6 +328,8 @@ class MidiPieceWindows(Dataset):
             raise ValueError("the corpus holds no piece; check the split and the limit")
         self.tokenizer, self.seq_len = tokenizer, seq_len
         self.pieces = [_piece_ids(tokenizer, notes) for notes in corpus.notes]
+        self.num_notes = sum(len(notes) for notes in corpus.notes)
+        self.seconds = sum(float(notes[:, 2].max(initial=0.0)) for notes in corpus.notes)
         self.windows = [
             (piece, start)
             for piece, ids in enumerate(self.pieces)

@@ -93,6 +93,8 @@ class MidiTokenizer:
             the Music Transformer (10 ms steps up to 1 s, 32 velocity bins).
     """
 
+    config_class = MidiTokenizerConfig
+
     def __init__(self, config: MidiTokenizerConfig | None = None) -> None:
         self.config = config or MidiTokenizerConfig()
         self.note_on_offset = len(SPECIAL_TOKENS)
@@ -342,7 +344,7 @@ class MidiTokenizer:
         state = json.loads(Path(path).read_text())
         if state.get("type") != cls.__name__:
             raise ValueError(f"{path} holds a {state.get('type')!r} tokenizer, not a {cls.__name__}")
-        return cls(MidiTokenizerConfig(**state["config"]))
+        return cls(cls.config_class(**state["config"]))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config}, vocab_size={self.vocab_size})"

@@ -127,10 +127,10 @@ def test_folder_is_searched_recursively_and_bad_files_are_skipped_with_a_warning
 
 
 def test_folder_without_usable_midi_raises_saying_what_was_searched(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"\*\.mid.*found 0 file"):
+    with pytest.raises(FileNotFoundError, match=r"\*\.mid.*0 file\(s\) skipped"):
         load_midi_folder(tmp_path)
     (tmp_path / "broken.mid").write_bytes(b"garbage")
-    with pytest.warns(UserWarning, match="broken.mid"), pytest.raises(FileNotFoundError, match="1 skipped"):
+    with pytest.warns(UserWarning, match="broken.mid"), pytest.raises(FileNotFoundError, match=r"1 file\(s\) skipped"):
         load_midi_folder(tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_midi_folder(tmp_path / "missing")
@@ -140,14 +140,16 @@ def test_folder_without_usable_midi_raises_saying_what_was_searched(tmp_path):
 def test_split_is_by_piece_disjoint_complete_and_follows_the_documented_hash():
     names = [f"piece{i:03d}.mid" for i in range(300)]
     corpus = MidiCorpus(names, [np.zeros((0, 4))] * len(names))
-    train, validation = corpus.split("train"), corpus.split("validation")
-    assert not set(train.names) & set(validation.names)
-    assert sorted(train.names + validation.names) == names
-    expected = [n for n in names if int.from_bytes(hashlib.sha1(n.encode()).digest()[:8], "big") % 100 < 10]
-    assert validation.names == expected and 15 <= len(expected) <= 45
+    train, validation, test = corpus.split("train"), corpus.split("validation"), corpus.split("test")
+    assert not set(train.names) & set(validation.names) and not set(test.names) & (set(train.names) | set(validation.names))
+    assert sorted(train.names + validation.names + test.names) == names
+    buckets = {n: int.from_bytes(hashlib.sha1(n.encode()).digest()[:8], "big") % 100 for n in names}
+    assert validation.names == [n for n in names if buckets[n] < 10] and 15 <= len(validation) <= 45
+    assert test.names == [n for n in names if 10 <= buckets[n] < 20] and 15 <= len(test) <= 45
     assert corpus.split("validation").names == validation.names  # the same every time
-    with pytest.raises(ValueError, match="'train', 'validation'"):
-        corpus.split("test")
+    assert corpus.split("test", test_percent=0).names == []
+    with pytest.raises(ValueError, match="'train', 'validation', 'test'"):
+        corpus.split("dev")
 
 
 # ---------------------------------------------------------------------------- augmentation

@@ -1,0 +1,200 @@
+"""Note-duration MIDI tokenizer: every note carries its own length, so no note can hang.
+
+The performance events of :mod:`multimodal.tokenizers.midi` end a note with a ``NOTE_OFF`` that a
+model has to remember to write, possibly hundreds of events later; a model that forgets holds the
+note for the rest of the piece. Here a note is written where it starts, with its length:
+
+- ``TIME_SHIFT_k``: time moves forward by ``k`` steps to the next onset (``k`` = 1..``num_time_shifts``
+  of ``time_step`` seconds; longer gaps take several shifts);
+- ``VELOCITY_b``: the loudness bin of the following notes, written when it changes;
+- ``PITCH_p`` then ``DURATION_d``: a note of MIDI pitch ``p`` lasting ``d``.
+
+This is the time-shift / pitch / duration / velocity layout of MidiTok's TSD, in seconds rather
+than beats (MIDI files of performances have no reliable beat), and the (arrival time, duration,
+note) triples of the Anticipatory Music Transformer (Thickstun et al. 2023) with relative time.
+Durations take one of ``len(duration_steps)`` values: every step up to 1 s, 50 ms steps to 4 s,
+100 ms steps to ``max_duration_steps`` (8 s by default); a note is rounded to the nearest, longer
+ones are cut. Notes of one onset come in pitch order.
+
+Ids: ``PAD=0, BOS=1, EOS=2``, then ``num_time_shifts`` TIME_SHIFT, ``num_velocity_bins`` VELOCITY,
+128 PITCH and the DURATION ids (3 + 100 + 32 + 128 + 200 = 463 with the defaults).
+
+The same rules as the performance tokenizer make notes well defined: unisons on one step merge
+(longest, loudest), a re-strike ends the sounding note of that pitch, a note lasts one step at least.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from multimodal.tokenizers.midi import (
+    NUM_PITCHES,
+    SPECIAL_TOKENS,
+    MidiEvent,
+    MidiTokenizer,
+    MidiTokenizerConfig,
+    _as_id_array,
+    _notes_from_steps,
+    _resolve_overlaps,
+)
+
+
+@dataclass(frozen=True)
+class MidiDurationTokenizerConfig(MidiTokenizerConfig):
+    """Resolution of the note-duration vocabulary.
+
+    Attributes:
+        time_step: Seconds per step; onsets and durations are rounded to it.
+        num_time_shifts: TIME_SHIFT events; the longest single shift is ``num_time_shifts * time_step``.
+        num_velocity_bins: VELOCITY events (MIDI velocities 1..127 in bins of equal width).
+        max_duration_steps: Longest duration in steps (longer notes are cut to it).
+    """
+
+    max_duration_steps: int = 800
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_duration_steps < 1:
+            raise ValueError(f"max_duration_steps={self.max_duration_steps} must be at least 1")
+
+    @property
+    def duration_steps(self) -> np.ndarray:
+        """The durations a note can take, in steps: 1..100, then every 5 to 400, then every 10."""
+        grid = np.r_[np.arange(1, 101), np.arange(105, 401, 5), np.arange(410, self.max_duration_steps + 1, 10)]
+        return grid[grid <= self.max_duration_steps]
+
+
+class MidiDurationTokenizer(MidiTokenizer):
+    """Notes as ``[TIME_SHIFT…] [VELOCITY] PITCH DURATION``; the :class:`MidiTokenizer` interface.
+
+    Args:
+        config: Time step, shifts, velocity bins and the longest duration.
+    """
+
+    config_class = MidiDurationTokenizerConfig
+
+    def __init__(self, config: MidiDurationTokenizerConfig | None = None) -> None:
+        super().__init__(config or MidiDurationTokenizerConfig())
+        self._durations = self.config.duration_steps
+        self.time_shift_offset = len(SPECIAL_TOKENS)
+        self.velocity_offset = self.time_shift_offset + self.config.num_time_shifts
+        self.pitch_offset = self.velocity_offset + self.config.num_velocity_bins
+        self.duration_offset = self.pitch_offset + NUM_PITCHES
+        # Ids of the performance layout do not exist here.
+        self.note_on_offset = self.note_off_offset = None
+
+    @property
+    def vocab_size(self) -> int:
+        """3 specials + time shifts + velocity bins + 128 pitches + durations."""
+        return self.duration_offset + len(self._durations)
+
+    def token_to_event(self, token: int) -> MidiEvent:
+        """The event an id stands for: ``MidiEvent("PITCH", 60)``, ``MidiEvent("DURATION", 50)`` (steps)."""
+        token = int(token)
+        if not 0 <= token < self.vocab_size:
+            raise ValueError(f"token {token} is outside this tokenizer's vocabulary [0, {self.vocab_size})")
+        if token < self.time_shift_offset:
+            return MidiEvent(SPECIAL_TOKENS[token], None)
+        if token < self.velocity_offset:
+            return MidiEvent("TIME_SHIFT", token - self.time_shift_offset + 1)
+        if token < self.pitch_offset:
+            return MidiEvent("VELOCITY", token - self.velocity_offset)
+        if token < self.duration_offset:
+            return MidiEvent("PITCH", token - self.pitch_offset)
+        return MidiEvent("DURATION", int(self._durations[token - self.duration_offset]))
+
+    def event_to_token(self, kind: str, value: int | None = None) -> int:
+        """Inverse of :meth:`token_to_event`; a DURATION value must be one of ``config.duration_steps``."""
+        if kind in SPECIAL_TOKENS:
+            return SPECIAL_TOKENS.index(kind)
+        if kind == "DURATION":
+            index = np.flatnonzero(self._durations == value)
+            if value is None or len(index) == 0:
+                raise ValueError(f"DURATION {value} is not one of this tokenizer's durations (config.duration_steps)")
+            return self.duration_offset + int(index[0])
+        ranges = {
+            "TIME_SHIFT": (self.time_shift_offset - 1, 1, self.config.num_time_shifts),
+            "VELOCITY": (self.velocity_offset, 0, self.config.num_velocity_bins - 1),
+            "PITCH": (self.pitch_offset, 0, NUM_PITCHES - 1),
+        }
+        if kind not in ranges:
+            raise ValueError(f"unknown event kind {kind!r}; use one of {(*SPECIAL_TOKENS, *ranges, 'DURATION')}")
+        offset, low, high = ranges[kind]
+        if value is None or not low <= value <= high:
+            raise ValueError(f"{kind} value {value} must lie in {low}..{high}")
+        return offset + int(value)
+
+    def encode_notes_array(self, notes: np.ndarray) -> np.ndarray:
+        """Encodes a note array ``(num_notes, 4)`` (vectorised); returns int64 ids ``(num_ids,)``."""
+        pitch, onset, offset, velocity_bin = self._quantise(notes)
+        if len(pitch) == 0:
+            return np.empty(0, dtype=np.int64)
+        pitch, onset, offset, velocity_bin = _resolve_overlaps(pitch, onset, offset, velocity_bin)
+        order = np.lexsort((pitch, onset))
+        pitch, onset, offset, velocity_bin = pitch[order], onset[order], offset[order], velocity_bin[order]
+        duration_index = self._duration_index(offset - onset)
+
+        needs_velocity = np.r_[True, velocity_bin[1:] != velocity_bin[:-1]]
+        max_shift = self.config.num_time_shifts
+        num_full, remainder = np.divmod(np.diff(onset, prepend=0), max_shift)
+        # Each note is written as [full shifts..., remainder shift, velocity, pitch, duration].
+        counts = num_full + (remainder > 0) + needs_velocity + 2
+        ends = np.cumsum(counts)
+        begins = ends - counts
+        ids = np.empty(ends[-1], dtype=np.int64)
+        ids[ends - 1] = self.duration_offset + duration_index
+        ids[ends - 2] = self.pitch_offset + pitch
+        ids[ends[needs_velocity] - 3] = self.velocity_offset + velocity_bin[needs_velocity]
+        has_remainder = remainder > 0
+        ids[(begins + num_full)[has_remainder]] = self.time_shift_offset + remainder[has_remainder] - 1
+        full_rows = np.repeat(np.arange(len(onset)), num_full)
+        within_row = np.arange(len(full_rows)) - np.repeat(np.cumsum(num_full) - num_full, num_full)
+        ids[begins[full_rows] + within_row] = self.time_shift_offset + max_shift - 1
+        return ids
+
+    def decode_notes(self, ids: Any) -> np.ndarray:
+        """Turns any id sequence into a note array ``(num_notes, 4)``, sorted by start then pitch.
+
+        Whatever a model sampled gives valid notes: special ids are skipped, a PITCH not followed
+        by a DURATION is dropped, a DURATION without a PITCH before it is ignored, and notes of one
+        pitch that overlap follow the encoding rules (a unison merges, a re-strike ends the note).
+        """
+        ids = _as_id_array(ids)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(
+                f"ids must lie in [0, {self.vocab_size}) for this tokenizer, got {ids.min()}..{ids.max()}; "
+                "was the model built for another vocabulary?"
+            )
+        time, velocity, pitch = 0, self.velocity_to_bin(64), None
+        notes: list[tuple[int, int, int, int]] = []
+        for token in ids.tolist():
+            if token < self.time_shift_offset:
+                pitch = None
+            elif token < self.velocity_offset:
+                time += token - self.time_shift_offset + 1
+                pitch = None
+            elif token < self.pitch_offset:
+                velocity = token - self.velocity_offset
+            elif token < self.duration_offset:
+                pitch = token - self.pitch_offset
+            elif pitch is not None:
+                duration = int(self._durations[token - self.duration_offset])
+                notes.append((pitch, time, time + duration, velocity))
+                pitch = None
+        if not notes:
+            return _notes_from_steps([], self.config.time_step)
+        columns = [np.array(column, dtype=np.int64) for column in zip(*notes, strict=True)]
+        pitch_, onset, offset, velocity_bin = _resolve_overlaps(*columns)
+        velocities = self._bin_to_velocity[velocity_bin]
+        steps = list(zip(pitch_.tolist(), onset.tolist(), offset.tolist(), velocities.tolist(), strict=True))
+        return _notes_from_steps(steps, self.config.time_step)
+
+    def _duration_index(self, steps: np.ndarray) -> np.ndarray:
+        """Index of the nearest allowed duration for each duration in steps (ties go to the shorter)."""
+        grid = self._durations
+        upper = np.searchsorted(grid, steps).clip(1, len(grid) - 1)
+        lower = upper - 1
+        return np.where(np.abs(grid[upper] - steps) < np.abs(steps - grid[lower]), upper, lower)
