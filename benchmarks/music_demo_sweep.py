@@ -1,0 +1,150 @@
+"""Which model `make demo` should train: candidates trained for the demo's time budget, compared on validation.
+
+Each candidate is ``configs/music_continuation.yaml`` + ``configs/music_demo.yaml`` + its own
+overrides, trained with ``multimodal fit`` for ``--minutes`` (the demo's 7 by default) on the
+chorales' train split, in a fresh process, one after another (the script is a timed benchmark:
+run it alone). Then, on the **validation** pieces (the split that chooses; the test split is not
+touched here):
+
+    nll/event, nll/note, nll/second   validation NLL of the best checkpoint (per event compares runs
+                                      of one vocabulary; per note and per second compare across)
+    overlaps                          duration / polyphony / ioi / pitch_class / pitch histogram
+                                      overlaps of continuations of 8 validation primers (6 s, 512
+                                      new events, top-p 0.95, the demo's sampling) with the real ones
+    longest note, at end              longest generated note (s) and share of notes sounding at the end
+
+Usage::
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/music_demo_sweep.py                  # every candidate
+    flock /tmp/bench.lock .venv/bin/python benchmarks/music_demo_sweep.py --candidates 3x128 --minutes 1
+    .venv/bin/python benchmarks/music_demo_sweep.py --table outputs/music_sweep             # table of earlier runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = [ROOT / "configs" / "music_continuation.yaml", ROOT / "configs" / "music_demo.yaml"]
+
+
+def _model(dim: int, layers: int, heads: int = 8) -> list[str]:
+    return ["--model.init_args.model.dim", str(dim), "--model.init_args.model.num_layers", str(layers),
+            "--model.init_args.model.num_heads", str(heads), "--model.init_args.model.ff_dim", str(4 * dim)]  # fmt: skip
+
+
+def _data(seq_len: int, batch_size: int) -> list[str]:
+    return ["--data.init_args.seq_len", str(seq_len), "--model.init_args.model.max_seq_len", str(seq_len),
+            "--data.init_args.batch_size", str(batch_size), "--data.init_args.epoch_length", str(40 * batch_size)]  # fmt: skip
+
+
+def _lr(lr: float) -> list[str]:
+    return ["--model.init_args.optimizer.init_args.lr", str(lr)]
+
+
+CANDIDATES: dict[str, list[str]] = {
+    "4x256": _model(256, 4) + _data(256, 16) + _lr(1e-3),  # the demo before this sweep
+    "3x128": _model(128, 3) + _data(256, 16) + _lr(1e-3),
+    "3x128-lr2e-3": _model(128, 3) + _data(256, 16) + _lr(2e-3),
+    "2x128-lr2e-3": _model(128, 2) + _data(256, 16) + _lr(2e-3),
+    "3x192-lr1e-3": _model(192, 3, 6) + _data(256, 16) + _lr(1e-3),
+    "3x128-seq512-b8": _model(128, 3) + _data(512, 8) + _lr(2e-3),
+    "3x128-duration": _model(128, 3) + _data(256, 16) + _lr(2e-3) + ["--data.init_args.vocabulary", "duration"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    parser.add_argument("--minutes", type=float, default=7.0, help="training time per candidate")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "music_sweep")
+    parser.add_argument("--table", type=Path, help="only print the table of the runs in this folder")
+    args = parser.parse_args()
+    if args.table:
+        print(table(sorted(args.table.glob("*/result.json"))))
+        return
+    for seed in args.seeds:
+        for name in args.candidates:
+            folder = args.out / f"{name}-seed{seed}"
+            folder.mkdir(parents=True, exist_ok=True)
+            result = run_candidate(name, seed, args.minutes, folder)
+            (folder / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps(result), flush=True)
+    print(table(sorted(args.out.glob("*/result.json"))))
+
+
+def run_candidate(name: str, seed: int, minutes: float, folder: Path) -> dict:
+    """Trains one candidate in ``folder`` (its outputs land there) and evaluates its best checkpoint."""
+    max_time = time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60))
+    command = [sys.executable, "-m", "tasks.cli", "fit", *[a for c in CONFIGS for a in ("--config", str(c))],
+               *CANDIDATES[name], "--seed_everything", str(seed), "--trainer.max_time", max_time]  # fmt: skip
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=_env())
+    if done.returncode:
+        return {"candidate": name, "seed": seed, "error": done.stderr.strip().splitlines()[-1:]}
+    fit_seconds = time.monotonic() - start
+    return {"candidate": name, "seed": seed, "fit_seconds": round(fit_seconds), **evaluate(folder / "outputs/demo/checkpoints/best.ckpt")}
+
+
+def evaluate(checkpoint: Path) -> dict:
+    """Validation NLL in three units and sample statistics of the checkpoint (validation split only)."""
+    import torch
+
+    from multimodal.music import MusicScore, evaluate_continuations, longest_note, score_music
+    from multimodal.music_stats import overlaps
+    from tasks.checkpoint import load_task
+    from tasks.music_continuation import run_corpus
+
+    torch.set_num_threads(2)
+    task, tokenizer = load_task(checkpoint)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    seq_len = saved["datamodule_hyper_parameters"]["seq_len"]
+    corpus = run_corpus(checkpoint)
+    validation = corpus.split("validation")
+    score = MusicScore(0.0, 0, 0, 0.0)
+    for notes in validation.notes:
+        score = score + score_music(task.model, tokenizer, notes, seq_len)
+    generated, reference, _ = evaluate_continuations(
+        task.model, tokenizer, validation.notes[:8], primer_seconds=6.0, max_new_tokens=512, top_p=0.95, seed=0
+    )
+    return {
+        "steps": saved["global_step"], "parameters": sum(p.numel() for p in task.model.parameters()),
+        "nll_per_event": score.per_event, "nll_per_note": score.per_note, "nll_per_second": score.per_second,
+        "overlaps": overlaps(generated, reference), "longest_note": generated.longest_note,
+        "sounding_at_end": generated.sounding_at_end_share, "reference_longest_note": reference.longest_note,
+        "training_longest_note": longest_note(corpus.split("train").notes),
+    }  # fmt: skip
+
+
+def table(paths: list[Path]) -> str:
+    """Markdown table of the results in ``paths``."""
+    lines = ["| candidate | seed | params | steps | nll/event | nll/note | nll/second | duration | polyphony | ioi "
+             "| pitch class | pitch | longest note s | at end |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for path in paths:
+        r = json.loads(path.read_text())
+        if "error" in r:
+            lines.append(f"| {r['candidate']} | {r['seed']} | failed: {r['error']} |")
+            continue
+        o = r["overlaps"]
+        lines.append(f"| {r['candidate']} | {r['seed']} | {r['parameters'] / 1e6:.2f} M | {r['steps']} | "
+                     f"{r['nll_per_event']:.3f} | {r['nll_per_note']:.3f} | {r['nll_per_second']:.3f} | "
+                     f"{o['duration']:.2f} | {o['polyphony']:.2f} | {o['ioi']:.2f} | {o['pitch_class']:.2f} | "
+                     f"{o['pitch']:.2f} | {r['longest_note']:.1f} | {r['sounding_at_end']:.0%} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _env() -> dict:
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+if __name__ == "__main__":
+    main()
