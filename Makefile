@@ -32,7 +32,7 @@ demo: install
 	$(BIN)/multimodal validate --config configs/music_continuation.yaml --config configs/music_demo.yaml \
 		--ckpt_path outputs/demo/checkpoints/best.ckpt
 	$(BIN)/multimodal generate --checkpoint outputs/demo/checkpoints/best.ckpt --out outputs/demo \
-		--primer-seconds 6 --max-new-tokens 512 --top-p 0.95 --seed 0
+		--primer-seconds 6 --max-new-tokens 512 --top-p 0.95 --seed 0 --overwrite
 
 # On a machine with a GPU, first thing: every task in bf16 (eager and compiled), the LM against its
 # peers, relative attention against SDPA, cached generation; one table in gpu_check.md (<= 8 min).

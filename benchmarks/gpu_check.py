@@ -44,7 +44,7 @@ SECTION_SHARE = {"tasks": 0.45, "lm": 0.2, "attention": 0.2, "generation": 0.15}
 TASKS = {
     "music_continuation": ("configs/music_continuation.yaml", []),
     "text_lm": ("configs/text_lm.yaml", ["--data.init_args.limit", "200"]),
-    "vit_classification": ("configs/vit_classification.yaml", []),
+    "image_classification": ("configs/image_classification.yaml", []),
     "image_generation": ("configs/image_generation.yaml", []),
     "super_resolution": ("configs/super_resolution.yaml", []),
     "super_resolution_autoregressive": (
@@ -197,10 +197,10 @@ def train_task(name: str, compile_blocks: bool, args: argparse.Namespace) -> dic
     import torch
     import yaml
 
-    from tasks.cli import TASK_MODULES, MultimodalCLI, task_class_from_args
+    from tasks.cli import task_class_from_args
+    from tasks.lightning_cli import MultimodalCLI, import_tasks
 
-    for module in TASK_MODULES:
-        __import__(module)
+    import_tasks()
     config, extra = TASKS[name]
     argv = ["fit", "--config", config, *extra]
     if args.quick:

@@ -25,11 +25,11 @@ import torch
 import yaml
 
 from multimodal.data.images import load_digits_split
+from multimodal.images import sample_images
 from multimodal.models.config import ImageTransformerConfig
-from multimodal.pixels import sample_images
 from multimodal.tokenizers.image import pixels_to_tokens
 from multimodal.viz import image_grid_png
-from tasks.datamodules import PixelDataModule
+from tasks.datamodules import ImageGenerationDataModule
 from tasks.image_generation import ImageGeneration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def main() -> None:
     baseline, alpha = independent_pixel_baseline()
     config = yaml.safe_load(args.config.read_text())
     batch_size = args.batch_size or config["data"]["init_args"]["batch_size"]
-    data = PixelDataModule("digits", batch_size=batch_size)
+    data = ImageGenerationDataModule("digits", batch_size=batch_size)
     task = build_task(config, data, args.set, args.lr)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
@@ -96,7 +96,7 @@ def independent_pixel_baseline() -> tuple[float, float]:
     return bits(alpha, "test"), alpha
 
 
-def build_task(config: dict, data: PixelDataModule, overrides: list[str], lr: float | None) -> ImageGeneration:
+def build_task(config: dict, data: ImageGenerationDataModule, overrides: list[str], lr: float | None) -> ImageGeneration:
     """The task of the YAML config, with the data's sizes linked in as the CLI does."""
     init = config["model"]["init_args"]
     model = dict(init["model"])

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer
-from tasks.datamodules import PixelDataModule
+from tasks.datamodules import ImageGenerationDataModule
 from tasks.image_generation import ImageGeneration
 
 LOCAL = dict(attention="local2d", local_query_shape=(4, 16), local_memory_shape=(4, 8))
@@ -105,7 +105,7 @@ def _step_times(side: int, attention: str, batch: int, repeats: int) -> tuple[fl
 
 def _same_budget(options: dict, steps: int) -> tuple[float, float]:
     pl.seed_everything(0, verbose=False)
-    data = PixelDataModule("fashion_mnist", batch_size=16, val_limit=500)
+    data = ImageGenerationDataModule("fashion_mnist", batch_size=16, val_limit=500)
     config = ImageTransformerConfig(**{**MODEL, **options}, height=28, width=28, channels=1, num_levels=256)
     task = ImageGeneration(
         model=config, optimizer=lambda p: torch.optim.AdamW(p, lr=2e-3, betas=(0.9, 0.98), weight_decay=0.01),

@@ -65,9 +65,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "music_sweep")
     parser.add_argument("--table", type=Path, help="only print the table of the runs in this folder")
+    parser.add_argument("--reevaluate", type=Path, help="evaluate the runs in this folder again (no training)")
     args = parser.parse_args()
     if args.table:
         print(table(sorted(args.table.glob("*/result.json"))))
+        return
+    if args.reevaluate:
+        for path in sorted(args.reevaluate.glob("*/result.json")):
+            old = json.loads(path.read_text())
+            if "error" in old:
+                continue
+            new = {**old, **evaluate(path.parent / "outputs/demo/checkpoints/best.ckpt")}
+            path.write_text(json.dumps(new, indent=2) + "\n")
+            print(json.dumps(new), flush=True)
+        print(table(sorted(args.reevaluate.glob("*/result.json"))))
         return
     for seed in args.seeds:
         for name in args.candidates:
@@ -99,34 +110,41 @@ def evaluate(checkpoint: Path) -> dict:
     from multimodal.music import MusicScore, evaluate_continuations, longest_note, score_music
     from multimodal.music_stats import overlaps
     from tasks.checkpoint import load_task
-    from tasks.music_continuation import run_corpus
+    from tasks.music_continuation import run_pieces
 
     torch.set_num_threads(2)
     task, tokenizer = load_task(checkpoint)
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     seq_len = saved["datamodule_hyper_parameters"]["seq_len"]
-    corpus = run_corpus(checkpoint)
-    validation = corpus.split("validation")
+    validation = run_pieces(checkpoint, "val")
     score = MusicScore(0.0, 0, 0, 0.0)
     for notes in validation.notes:
         score = score + score_music(task.model, tokenizer, notes, seq_len)
+    start = time.perf_counter()
     generated, reference, _ = evaluate_continuations(
         task.model, tokenizer, validation.notes[:8], primer_seconds=6.0, max_new_tokens=512, top_p=0.95, seed=0
     )
+    generation_seconds = time.perf_counter() - start
+    events = sum(len(tokenizer.encode_notes(notes)) for notes in validation.notes)
+    music_seconds = sum(float(notes[:, 2].max()) for notes in validation.notes)
     return {
-        "steps": saved["global_step"], "parameters": sum(p.numel() for p in task.model.parameters()),
+        "steps": torch.load(checkpoint.with_name("last.ckpt"), map_location="cpu", weights_only=True)["global_step"],
+        "best_step": saved["global_step"], "parameters": sum(p.numel() for p in task.model.parameters()),
         "nll_per_event": score.per_event, "nll_per_note": score.per_note, "nll_per_second": score.per_second,
         "overlaps": overlaps(generated, reference), "longest_note": generated.longest_note,
         "sounding_at_end": generated.sounding_at_end_share, "reference_longest_note": reference.longest_note,
-        "training_longest_note": longest_note(corpus.split("train").notes),
+        "training_longest_note": longest_note(run_pieces(checkpoint, "train").notes),
+        "events_per_music_second": events / music_seconds,
+        "generated_music_seconds_per_second": generated.seconds / generation_seconds,
+        "vocabulary": type(tokenizer).__name__,
     }  # fmt: skip
 
 
 def table(paths: list[Path]) -> str:
     """Markdown table of the results in ``paths``."""
     lines = ["| candidate | seed | params | steps | nll/event | nll/note | nll/second | duration | polyphony | ioi "
-             "| pitch class | pitch | longest note s | at end |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| pitch class | pitch | longest note s | at end | events / s of music | music s generated / s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for path in paths:
         r = json.loads(path.read_text())
         if "error" in r:
@@ -136,7 +154,9 @@ def table(paths: list[Path]) -> str:
         lines.append(f"| {r['candidate']} | {r['seed']} | {r['parameters'] / 1e6:.2f} M | {r['steps']} | "
                      f"{r['nll_per_event']:.3f} | {r['nll_per_note']:.3f} | {r['nll_per_second']:.3f} | "
                      f"{o['duration']:.2f} | {o['polyphony']:.2f} | {o['ioi']:.2f} | {o['pitch_class']:.2f} | "
-                     f"{o['pitch']:.2f} | {r['longest_note']:.1f} | {r['sounding_at_end']:.0%} |")  # fmt: skip
+                     f"{o['pitch']:.2f} | {r['longest_note']:.1f} | {r['sounding_at_end']:.0%} | "
+                     f"{r.get('events_per_music_second', float('nan')):.1f} | "
+                     f"{r.get('generated_music_seconds_per_second', float('nan')):.1f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

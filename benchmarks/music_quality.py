@@ -67,19 +67,26 @@ def main() -> None:
     if args.stage == "select":
         for name in args.models:
             for lr in args.lrs:
-                record(args.out, run(name, lr, 0, args.steps, data, args, splits=("validation",)), stage="select")
+                record(args.out, run(name, lr, 0, args.steps, data, args, splits=("val",)), stage="select")
         return
     rates = dict(item.split("=") for item in args.lr)
+    missing = [name for name in args.models if name not in rates]
+    if missing:
+        parser.error(f"--lr: no rate for {missing}; give MODEL=RATE for each model, as chosen by --stage select")
+    if args.equal_time and not {"relative", "learned"} <= set(args.models):
+        parser.error("--equal-time compares learned with relative positions: list both in --models")
+    # relative first: the equal-time run of the learned model needs its time
+    order = sorted(args.models, key=lambda name: name != "relative")
     relative_seconds = {}
     for seed in args.seeds:
-        for name in args.models:
-            result = run(name, float(rates[name]), seed, args.steps, data, args, splits=("validation", "test"))
+        for name in order:
+            result = run(name, float(rates[name]), seed, args.steps, data, args, splits=("val", "test"))
             record(args.out, result, stage="report")
             if name == "relative":
                 relative_seconds[seed] = result["train_seconds"]
             if name == "learned" and args.equal_time and seed in relative_seconds:
                 steps = round(args.steps * relative_seconds[seed] / result["train_seconds"])
-                equal = run(name, float(rates[name]), seed, steps, data, args, splits=("validation", "test"))
+                equal = run(name, float(rates[name]), seed, steps, data, args, splits=("val", "test"))
                 record(args.out, equal, stage="equal_time")
 
 
@@ -96,7 +103,7 @@ class Data:
         self.seq_len, self.batch_size = seq_len, batch_size
         self.augmentation = MidiAugmentation(3, (0.95, 1.05))
         self.evaluation = {split: MidiPieceWindows(corpus.split(split), self.tokenizer, seq_len)
-                           for split in ("validation", "test")}  # fmt: skip
+                           for split in ("val", "test")}  # fmt: skip
 
     def training_batches(self, steps: int, seed: int):
         from multimodal.data.music import MidiWindowDataset
@@ -189,7 +196,7 @@ def tables(results: list[dict]) -> str:
     lines = ["Learning-rate selection on the validation pieces (seed 0):", "",
              "| model | lr | steps | validation nll |", "|---|---:|---:|---:|"]  # fmt: skip
     for r in (r for r in results if r["stage"] == "select"):
-        lines.append(f"| {r['model']} | {r['lr']:g} | {r['steps']} | {r['validation_nll']:.4f} |")
+        lines.append(f"| {r['model']} | {r['lr']:g} | {r['steps']} | {_val(r):.4f} |")
     for stage, title in (("report", "Equal steps"), ("equal_time", "Equal training time (learned positions)")):
         rows = [r for r in results if r["stage"] == stage]
         if not rows:
@@ -201,7 +208,7 @@ def tables(results: list[dict]) -> str:
             group = [r for r in rows if r["model"] == name]
             lines.append(f"| {name} | {group[0]['lr']:g} | {group[0]['parameters'] / 1e6:.2f} M | "
                          f"{_spread([r['steps'] for r in group], 0)} | {_spread([r['train_seconds'] for r in group], 0)} | "
-                         f"{len(group)} | {_spread([r['validation_nll'] for r in group])} | "
+                         f"{len(group)} | {_spread([_val(r) for r in group])} | "
                          f"{_spread([r['test_nll'] for r in group])} |")  # fmt: skip
     report = [r for r in results if r["stage"] == "report"]
     if report:
@@ -212,6 +219,11 @@ def tables(results: list[dict]) -> str:
             lines += [f"relative / {name} test NLL: {mean['relative'] / value:.3f}" for name, value in mean.items()
                       if name != "relative"]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _val(result: dict) -> float:
+    """The validation NLL of a result line (older lines call the split ``validation``)."""
+    return result["val_nll"] if "val_nll" in result else result["validation_nll"]
 
 
 def _spread(values: list[float], digits: int = 4) -> str:

@@ -2,7 +2,7 @@
 
 Trains the regression model of ``configs/super_resolution.yaml`` on random crops of the training
 photos for ``--epochs`` epochs, then upscales each *whole* held-out photo (chelsea, camera, gravel;
-never seen in training) with the tiled :func:`multimodal.pixels.upscale` and scores it against the
+never seen in training) with the tiled :func:`multimodal.images.upscale` and scores it against the
 original, next to bicubic upsampling of the same low-resolution input. Metrics: RGB in ``[0, 1]``,
 whole image, no border shave (torchmetrics). Target: ours >= bicubic + 1.0 dB PSNR. A side-by-side
 crop (bicubic | ours | original) is written to ``--picture``.
@@ -25,9 +25,9 @@ import yaml
 from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
 
 from multimodal.data.images import SKIMAGE_HELD_OUT_PHOTOS, bicubic_downsample, skimage_photos
+from multimodal.images import upscale
 from multimodal.models.config import SuperResolutionConfig
 from multimodal.models.super_resolution import bicubic_upsample
-from multimodal.pixels import upscale
 from multimodal.viz import side_by_side_png
 from tasks.datamodules import SuperResolutionDataModule
 from tasks.super_resolution import SuperResolution, _to_tensor

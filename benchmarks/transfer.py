@@ -42,7 +42,7 @@ from multimodal.convert.blocks import export_blocks
 from multimodal.finetune import count_parameters
 from multimodal.models import CausalLMConfig
 from tasks.datamodules import MusicDataModule, TextDataModule
-from tasks.finetuning import FineTuneConfig
+from tasks.finetune import FineTuneConfig
 from tasks.language_modeling import LanguageModeling
 from tasks.music_continuation import MusicContinuation
 

@@ -3,11 +3,11 @@
 Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest):
 
 ``digits``
-    Our ViT trained with ``configs/vit_classification.yaml`` (fixed stratified split, train only),
+    Our ViT trained with ``configs/image_classification.yaml`` (fixed stratified split, train only),
     test accuracy of the final weights, next to scikit-learn's ``SVC(gamma=0.001)`` fitted on the
     same training images (raw 0-16 pixel values, as in scikit-learn's digits example).
 ``fashion``
-    ``configs/vit_classification.yaml`` + ``configs/vit_fashion_mnist.yaml``: training stops at
+    ``configs/image_classification.yaml`` + ``configs/image_classification_fashion_mnist.yaml``: training stops at
     ``trainer.max_time`` (10 minutes), then the official 10,000 test images are classified.
 ``positions``
     Both of the above with ``position: learned`` and ``position: relative2d``, same budget and seed
@@ -85,7 +85,7 @@ def main() -> None:
 
 def digits_table(positions: list[str], threads: int) -> None:
     svc = _run({"kind": "svc", "threads": threads})
-    rows = {p: _run(_train_job(["vit_classification.yaml"], p, threads)) for p in positions}
+    rows = {p: _run(_train_job(["image_classification.yaml"], p, threads)) for p in positions}
     print("## digits (8x8, 1,257 train / 360 test images, fixed stratified split)\n")
     print("| model | test accuracy | train time (s) | epochs |")
     print("|---|---|---|---|")
@@ -97,7 +97,7 @@ def digits_table(positions: list[str], threads: int) -> None:
 
 def fashion_table(positions: list[str], threads: int) -> None:
     rows = {
-        p: _run(_train_job(["vit_classification.yaml", "vit_fashion_mnist.yaml"], p, threads))
+        p: _run(_train_job(["image_classification.yaml", "image_classification_fashion_mnist.yaml"], p, threads))
         for p in positions
     }
     print("## Fashion-MNIST (54,000 train / 10,000 official test images, trainer.max_time 10 min)\n")
@@ -145,8 +145,8 @@ def train_worker(configs: list[str], position: str, threads: int) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    from tasks.classification import ImageClassification
     from tasks.cli import MultimodalCLI
+    from tasks.image_classification import ImageClassification
 
     args = [arg for name in configs for arg in ("--config", str(CONFIGS / name))]
     args += [

@@ -2,7 +2,7 @@
 
 Patterns name parameters (``model.named_parameters()``) in one of three ways:
 
-* a part of the export format (:mod:`multimodal.convert.blocks`): ``blocks``, ``embeddings``,
+* a part of the export format (:mod:`multimodal.convert.parts`): ``blocks``, ``embeddings``,
   ``head``, or ``blocks[:k]`` / ``blocks[a:b]`` for the first ``k`` blocks / blocks ``a .. b-1``;
 * a glob over names: ``decoder.blocks.0.*``, ``*.norm_ff.*``, ``embedding.weight``;
 * a regular expression after ``re:``: ``re:decoder\\.blocks\\.[0-3]\\.attention\\..*``.
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from multimodal.convert.blocks import PARTS, export_names, in_selection, part_of
+from multimodal.convert.parts import PARTS, export_names, in_selection, part_of
 from multimodal.layers.lora import lora_parameters
 
 
@@ -189,8 +189,3 @@ def _safe_export_names(model: nn.Module) -> dict[str, str]:
         return export_names(model)
     except ValueError:
         return {}
-
-
-def trainable_names(model: nn.Module) -> Sequence[str]:
-    """Names of the parameters that will train."""
-    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]

@@ -1,14 +1,47 @@
 """Sampling from causal models: pure functions over logits, and a cached decoding loop.
 
 Any model with ``model(tokens, state=...) -> logits`` and ``model.new_state()`` works
-(:class:`~multimodal.models.CausalLM` for text, MIDI and pixels).
+(:class:`~multimodal.models.CausalLM` for text and MIDI, the Image Transformers for pixels);
+:class:`DecodingModel` states the protocol.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from tqdm.auto import tqdm
+
+from multimodal.shaping import forbid, min_p_filter, no_repeat_ngram_mask, repetition_penalty
+
+
+@runtime_checkable
+class DecodingModel(Protocol):
+    """What cached decoding needs of a model: logits for new tokens, continuing a decoding state.
+
+    ``new_state()`` returns an empty state (a :class:`~multimodal.layers.DecodingState` for the
+    shared stacks); ``model(tokens, state=state)`` takes ids ``(batch, new)`` at the state's
+    position, returns logits ``(batch, new, vocab)`` and advances the state by ``new``. Implemented
+    by ``CausalLM``, ``ImageTransformer``, ``ConditionalImageTransformer`` (with its conditioning
+    bound) and the stacks themselves.
+    """
+
+    def new_state(self) -> Any: ...
+
+    def __call__(self, tokens: Tensor, *, state: Any = None) -> Tensor: ...
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Raises ``ValueError`` for sampling settings that mean nothing (checked before any work)."""
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if top_k is not None and top_k < 0:
+        raise ValueError(f"top_k must be >= 1 (or 0 / None: every token), got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
 def sample_next(
@@ -17,6 +50,7 @@ def sample_next(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    min_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Draws one token id per row from logits ``(batch, vocab)``; returns ``(batch,)``.
@@ -27,8 +61,11 @@ def sample_next(
         top_k: Keep only the ``k`` most likely tokens (None or 0: all).
         top_p: Keep the smallest set of tokens whose probability reaches ``p`` (nucleus sampling),
             after ``top_k``.
+        min_p: Keep the tokens at least ``min_p`` times as likely as the most likely one, after
+            ``top_p`` (:func:`multimodal.shaping.min_p_filter`).
         generator: Random generator, for reproducible samples.
     """
+    check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits.float() / temperature
@@ -41,12 +78,43 @@ def sample_next(
         probs = logits.softmax(-1)
         # Drop a token when the tokens ranked above it already reach top_p (the top one always stays).
         logits = logits.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf"))
+    if min_p:
+        logits = min_p_filter(logits, min_p)
     choice = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (batch, 1)
     return (choice if candidates is None else candidates.gather(-1, choice)).squeeze(-1)
 
 
+@dataclass(frozen=True)
+class Shaping:
+    """How the next-token logits are reshaped before sampling (:mod:`multimodal.shaping`).
+
+    Attributes:
+        stop_ids: Ids that end a row (besides ``eos_id``); the row then stops, padded with EOS.
+        min_new_tokens: No stop id or EOS before this many new tokens.
+        repetition_penalty: ``> 1`` discourages ids already in the sequence (CTRL's rule).
+        no_repeat_ngram_size: Forbids repeating any n-gram of this size (0: off).
+        min_p: Keeps the ids at least ``min_p`` times as likely as the best (None: off).
+    """
+
+    stop_ids: tuple[int, ...] = ()
+    min_new_tokens: int = 0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    min_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_new_tokens < 0:
+            raise ValueError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
+        if self.min_p is not None and not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+
+
 def generate(
-    model: nn.Module,
+    model: DecodingModel,
     prompt: Tensor,
     max_new_tokens: int,
     *,
@@ -57,44 +125,86 @@ def generate(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     progress: bool = False,
+    shaping: Shaping | None = None,
 ) -> Tensor:
     """Continues ``prompt`` ``(batch, prompt_len)``; returns ``(batch, prompt_len + new)`` token ids.
 
     With ``use_cache`` each step runs one token through the model against cached keys/values;
     without it every step re-runs the whole sequence (kept as a reference and for benchmarks).
-    Stops early once every row has produced ``eos_id``; rows that finished are padded with it.
-    Decoding runs under ``torch.inference_mode``; the returned ids are an ordinary tensor.
+    A row stops at ``eos_id`` or one of ``shaping.stop_ids``; stopped rows are padded with
+    ``eos_id`` (or their stop id) and decoding ends when every row has stopped. Decoding runs under
+    ``torch.inference_mode``; the returned ids are an ordinary tensor.
     """
+    steps = generate_stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                            eos_id=eos_id, generator=generator, use_cache=use_cache, shaping=shaping)  # fmt: skip
+    new = list(tqdm(steps, total=max_new_tokens, disable=not progress, desc="generating", unit="tok"))
+    return torch.cat([prompt, torch.stack(new, dim=1)], dim=1) if new else prompt.clone()
+
+
+def generate_stream(
+    model: DecodingModel,
+    prompt: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    shaping: Shaping | None = None,
+) -> Iterator[Tensor]:
+    """:func:`generate` as an iterator: yields each new token ``(batch,)`` as soon as it is decoded."""
+    check_sampling(temperature, top_k, top_p)
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt must be token ids (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}")
+    shaping = shaping or Shaping()
+    stops = tuple(dict.fromkeys([*([] if eos_id is None else [eos_id]), *shaping.stop_ids]))
     was_training = model.training
     model.eval()
     try:
+        # Inference mode is entered for each step, not across the yields: the caller's code between
+        # two tokens runs as it would anyway.
         with torch.inference_mode():
-            tokens = _decode(model, prompt, max_new_tokens, temperature, top_k, top_p, eos_id, generator,
-                             use_cache, progress)  # fmt: skip
+            batch, length = prompt.shape
+            tokens = prompt.new_empty(batch, length + max_new_tokens)
+            tokens[:, :length] = prompt
+            state = model.new_state() if use_cache else None
+            finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
+            ended_with = tokens.new_full((batch,), stops[0] if stops else 0)
+            stop_ids = torch.tensor(stops, dtype=tokens.dtype, device=tokens.device)
+        step_input = prompt
+        for step in range(max_new_tokens):
+            with torch.inference_mode():
+                logits = model(step_input, state=state)[:, -1] if use_cache else model(tokens[:, :length])[:, -1]
+                logits = _shape(logits, tokens[:, :length], shaping, stops, step)
+                next_token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p,
+                                         min_p=shaping.min_p, generator=generator)  # fmt: skip
+                if stops:
+                    next_token = torch.where(finished, ended_with, next_token)
+                    stopped = torch.isin(next_token, stop_ids) & ~finished
+                    if eos_id is None:
+                        ended_with = torch.where(stopped, next_token, ended_with)
+                    finished |= stopped
+                tokens[:, length] = next_token
+                length += 1
+                step_input = tokens[:, length - 1 : length]
+            yield next_token.clone()
+            if stops and bool(finished.all()):
+                break
     finally:
         model.train(was_training)
-    return tokens.clone()  # outside inference mode, so callers may use it with autograd
 
 
-def _decode(model, prompt, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache, progress):
-    """The decoding loop of :func:`generate`, writing into one preallocated ``(batch, total)`` buffer."""
-    batch, length = prompt.shape
-    tokens = prompt.new_empty(batch, length + max_new_tokens)
-    tokens[:, :length] = prompt
-    state = model.new_state() if use_cache else None
-    step_input = prompt
-    finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
-    for _ in tqdm(range(max_new_tokens), disable=not progress, desc="generating", unit="tok"):
-        logits = model(step_input, state=state)[:, -1] if use_cache else model(tokens[:, :length])[:, -1]
-        next_token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-        if eos_id is not None:
-            next_token = next_token.masked_fill(finished, eos_id)
-            finished |= next_token == eos_id
-        tokens[:, length] = next_token
-        length += 1
-        step_input = tokens[:, length - 1 : length]
-        if eos_id is not None and finished.all():
-            break
-    return tokens[:, :length]
+def _shape(logits: Tensor, tokens: Tensor, shaping: Shaping, stops: tuple[int, ...], step: int) -> Tensor:
+    """The rules of ``shaping`` applied to one step's logits ``(batch, vocab)``."""
+    if shaping.repetition_penalty != 1.0:
+        logits = repetition_penalty(logits.float(), tokens, shaping.repetition_penalty)
+    if shaping.no_repeat_ngram_size:
+        banned = no_repeat_ngram_mask(tokens, shaping.no_repeat_ngram_size, logits.shape[-1])
+        logits = logits.float().masked_fill(banned, float("-inf"))
+    if step < shaping.min_new_tokens:
+        logits = forbid(logits.float(), stops)
+    return logits

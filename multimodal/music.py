@@ -13,10 +13,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from multimodal.audio import midi_to_waveform, spectrogram_png, write_wav
+from multimodal.beam_search import beam_search
 from multimodal.data.music import MidiCorpus, MidiPieceWindows
 from multimodal.generation import generate
 from multimodal.music_stats import ExcerptStats, excerpt_stats
+from multimodal.synthesis import midi_to_waveform, spectrogram_png, write_wav
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.viz import piano_roll_png
 
@@ -49,21 +50,30 @@ def continue_music(
     progress: bool = False,
     audio: bool = True,
     sample_rate: int = 16000,
+    num_beams: int = 1,
 ) -> list[Path]:
     """Samples continuations of ``primer`` and writes ``sample_{i}.mid``, ``.png`` (and ``.wav``).
 
     The piano roll draws the primer in blue and the continuation in orange. Generation uses the
-    model's KV cache. Returns the MIDI paths.
+    model's KV cache. With ``num_beams > 1`` the continuations are the ``num_samples`` best
+    hypotheses of a beam search (:func:`multimodal.beam_search.beam_search`) instead of samples.
+    Returns the MIDI paths.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
     device = next(model.parameters()).device
-    prompt = torch.tensor([primer] * num_samples, device=device)
-    tokens = generate(
-        model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        eos_id=tokenizer.eos_id, generator=generator, progress=progress,
-    )  # fmt: skip
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    if num_beams > 1:
+        if num_samples > num_beams:
+            raise ValueError(f"num_samples={num_samples} needs at least as many beams, got num_beams={num_beams}")
+        tokens, _ = beam_search(model, torch.tensor([primer], device=device), max_new_tokens, num_beams,
+                                eos_id=tokenizer.eos_id, num_return_sequences=num_samples)  # fmt: skip
+    else:
+        prompt = torch.tensor([primer] * num_samples, device=device)
+        tokens = generate(
+            model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            eos_id=tokenizer.eos_id, generator=generator, progress=progress,
+        )  # fmt: skip
     primer_end = tokenizer.decode(primer).get_end_time()
     written = []
     for index, row in enumerate(tokens.tolist()):
@@ -95,14 +105,21 @@ def evaluate_continuations(
 ) -> tuple[ExcerptStats, ExcerptStats, list[np.ndarray]]:
     """Continues the first ``primer_seconds`` of each piece and measures both continuations.
 
-    For every piece the model continues its primer once (KV-cached, stopping at EOS or after
-    ``max_new_tokens`` events); the generated continuation is the notes that begin after the
-    primer, up to the last generated event. The reference is the same piece's real continuation
-    over the same number of seconds (or to the piece's end). See :mod:`multimodal.music_stats`.
+    Both sides are measured as the tokenizer sees music (the piece is encoded and decoded first:
+    times on its grid, unisons merged), from the same cut:
+
+    - the primer is the notes that begin before ``primer_seconds``, cut there;
+    - the model continues it once (KV-cached, stopping at EOS or after ``max_new_tokens`` events);
+      the generated continuation is every decoded note that is not a primer note, measured from
+      the cut to the end of its last note;
+    - the reference is the piece's notes that begin at or after the cut, over the same seconds (or
+      to the piece's end).
+
+    See :mod:`multimodal.music_stats` for the statistics.
 
     Args:
         model: A causal model over ``tokenizer``'s ids.
-        tokenizer: Performance-event or any tokenizer with ``encode_notes`` / ``decode_notes``.
+        tokenizer: Any MIDI tokenizer with ``encode_notes`` / ``decode_notes`` and ``config.time_step``.
         pieces: Note arrays ``(num_notes, 4)`` of held-out pieces.
         primer_seconds: Length of each primer.
         max_new_tokens: Events generated per piece.
@@ -114,9 +131,14 @@ def evaluate_continuations(
         note arrays (primer included).
     """
     device = next(model.parameters()).device
+    step = tokenizer.config.time_step
+    cut_step = round(primer_seconds / step)
+    cut = cut_step * step
     generated, reference, samples = ExcerptStats(), ExcerptStats(), []
     for index, notes in enumerate(pieces):
-        primer = primer_ids(notes, tokenizer, primer_seconds)
+        real = tokenizer.decode_notes(tokenizer.encode_notes(notes))
+        before_cut = np.rint(real[:, 1] / step) < cut_step  # onsets on the tokenizer's grid, compared exactly
+        primer = primer_ids(real[before_cut], tokenizer, cut)
         generator = torch.Generator(device=device).manual_seed(seed + index)
         tokens = generate(
             model, torch.tensor([primer], device=device), max_new_tokens, temperature=temperature, top_k=top_k,
@@ -124,13 +146,25 @@ def evaluate_continuations(
         )[0]  # fmt: skip
         sample = tokenizer.decode_notes(tokens)
         samples.append(sample)
-        start = float(tokenizer.decode_notes(primer)[:, 2].max(initial=0.0))
-        end = float(sample[:, 2].max(initial=start))
-        generated = generated + excerpt_stats(sample, start, end)
-        piece_end = float(notes[:, 2].max(initial=primer_seconds))
-        real_end = min(primer_seconds + max(end - start, 0.0), piece_end)
-        reference = reference + excerpt_stats(notes, primer_seconds, max(real_end, primer_seconds))
+        continuation = _without(sample, tokenizer.decode_notes(primer))
+        end = max(cut, float(continuation[:, 2].max(initial=cut)))
+        generated = generated + excerpt_stats(continuation, cut, end, select=False)
+        real_end = min(end, float(real[:, 2].max(initial=cut)))
+        reference = reference + excerpt_stats(real[~before_cut], cut, max(real_end, cut), select=False)
     return generated, reference, samples
+
+
+def _without(notes: np.ndarray, removed: np.ndarray) -> np.ndarray:
+    """``notes`` minus the notes of ``removed`` (matched by pitch and onset, each used once)."""
+    left = {}
+    for pitch, onset in np.rint(removed[:, :2] * 1e6).astype(np.int64).tolist():
+        left[pitch, onset] = left.get((pitch, onset), 0) + 1
+    keep = np.ones(len(notes), dtype=bool)
+    for index, (pitch, onset) in enumerate(np.rint(notes[:, :2] * 1e6).astype(np.int64).tolist()):
+        if left.get((pitch, onset), 0):
+            left[pitch, onset] -= 1
+            keep[index] = False
+    return notes[keep]
 
 
 def longest_note(pieces: list[np.ndarray]) -> float:

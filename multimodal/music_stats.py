@@ -87,19 +87,25 @@ class ExcerptStats:
         )
 
 
-def excerpt_stats(notes: np.ndarray, start: float = 0.0, end: float | None = None, tolerance: float = 0.011) -> ExcerptStats:
-    """Statistics of the notes that begin in ``[start, end)``, each cut at ``end``.
+def excerpt_stats(
+    notes: np.ndarray, start: float = 0.0, end: float | None = None, tolerance: float = 0.011, select: bool = True
+) -> ExcerptStats:
+    """Statistics of the notes of an excerpt ``[start, end]``, each cut at ``end``.
 
     Args:
         notes: ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]``.
-        start: Where the excerpt begins (a continuation: the end of its primer).
+        start: Where the excerpt begins (a continuation: where its primer was cut).
         end: Where it ends; None: the last note's end.
         tolerance: A note ending within this many seconds of ``end`` counts as sounding at the end.
+        select: Keep only the notes that begin in ``[start, end)``; False: ``notes`` are the
+            excerpt's notes already (a continuation separated from its primer), only cut at ``end``.
     """
     notes = np.asarray(notes, dtype=np.float64).reshape(-1, 4)
     if end is None:
         end = float(notes[:, 2].max()) if len(notes) else start
-    notes = notes[(notes[:, 1] >= start) & (notes[:, 1] < end)].copy()
+    if select:
+        notes = notes[(notes[:, 1] >= start) & (notes[:, 1] < end)]
+    notes = notes[notes[:, 1] < end].copy()
     notes[:, 2] = np.minimum(notes[:, 2], end)
     stats = ExcerptStats(seconds=max(end - start, 0.0), num_notes=len(notes))
     if len(notes) == 0:

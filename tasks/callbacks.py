@@ -46,7 +46,7 @@ class MusicSampleCallback(pl.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero or (trainer.current_epoch + 1) % self.every_n_epochs:
             return
         datamodule = trainer.datamodule
-        held_out = datamodule.split("validation")
+        held_out = datamodule.split("val")
         primer = primer_ids(held_out.notes[0], datamodule.tokenizer, self.primer_seconds)
         out_dir = log_folder(trainer) / "samples" / f"epoch_{trainer.current_epoch}"
         continue_music(

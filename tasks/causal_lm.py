@@ -1,4 +1,6 @@
-"""The Lightning task every next-token model shares: text, MIDI events and raster pixels.
+"""The Lightning task of the next-token language models: text and MIDI events.
+
+(Raster pixels have their own model and task: :mod:`tasks.image_generation`.)
 
 Subclasses add what their modality reports (perplexity, bits per dimension, samples) and how
 ``multimodal generate`` works for them.
@@ -7,36 +9,25 @@ Subclasses add what their modality reports (perplexity, bits per dimension, samp
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from typing import Any, ClassVar
 
-import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import OptimizerCallable
-from torch import Tensor, nn
+from torch import Tensor
 
-from multimodal.layers import compile_blocks
 from multimodal.models import CausalLM, CausalLMConfig
-from tasks.checkpoint import SelfContainedCheckpoint
-from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
-from tasks.optim import warmup_cosine
-
-IGNORE_INDEX = -100
-"""Target id the loss skips (``F.cross_entropy``'s default); never a real token id."""
+from multimodal.text import IGNORE_INDEX
+from tasks.base import Task, adamw
+from tasks.finetune import FineTuneConfig
 
 
-def adamw(params) -> torch.optim.Optimizer:
-    """Default optimizer: AdamW(lr=3e-4, betas=(0.9, 0.98), weight_decay=0.01)."""
-    return torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.98), weight_decay=0.01)
-
-
-class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
+class CausalLMTask(Task):
     """Trains a :class:`~multimodal.models.CausalLM` with next-token cross-entropy.
 
     Batches are ``(batch, seq_len + 1)`` token ids; position ``t`` predicts ``t + 1``. Targets equal
     to ``pad_id`` are ignored when the data pads (``pad_id`` set); with ``pad_id=None`` every target
     counts. (Text streams have no padding, and a GPT-2 tokenizer's PAD is its EOS: ignoring it
-    would drop every end-of-document target.) Logs ``train_nll`` and ``val_nll`` (nats per token, averaged
+    would drop every end-of-document target.) Logs ``train_loss`` (nats per token) and ``val_nll`` (nats per token, averaged
     over every target token of the epoch, not over batches) and ``val_ppl = exp(val_nll)``; ``test``
     logs the same.
 
@@ -46,14 +37,13 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
         warmup_steps: Linear learning-rate warm-up, then cosine decay to 10% over the run (by steps,
             or by the clock when `trainer.max_time` ends the run first).
         pad_id: Padding id ignored by the loss; None when batches hold no padding.
-        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
+        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetune`).
         compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
             the first steps pay for compilation.
     """
 
-    #: Data-module attribute -> init argument, linked by the CLI at instantiation.
+    config_class = CausalLMConfig
     data_links: ClassVar[dict[str, str]] = {"vocab_size": "model.vocab_size", "pad_id": "pad_id"}
-    #: What :meth:`evaluation_sums` returns, summed over a validation/test epoch.
     evaluation_sum_names: ClassVar[tuple[str, ...]] = ("nll", "targets")
 
     def __init__(
@@ -65,20 +55,11 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
     ) -> None:
-        super().__init__()
-        config = CausalLMConfig(**model) if isinstance(model, dict) else (model or CausalLMConfig())
-        # Plain types only, so checkpoints load with torch.load(weights_only=True).
-        self.save_hyperparameters({"model": asdict(config), "warmup_steps": warmup_steps, "pad_id": pad_id,
-                                   "finetune": finetune_hparams(finetune), "compile": compile})  # fmt: skip
-        self.config = config
-        self.model = CausalLM(config)
-        self.configure_finetuning(finetune)
-        if compile:
-            compile_blocks(self.model)
-        self.optimizer_factory = optimizer
-        self.warmup_steps = warmup_steps
+        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings={"pad_id": pad_id})
         self.pad_id = pad_id
-        self._eval_sums = torch.zeros(len(self.evaluation_sum_names), dtype=torch.float64)
+
+    def build_model(self, config: CausalLMConfig) -> CausalLM:
+        return CausalLM(config)
 
     def forward(self, tokens: Tensor, **kwargs: Any) -> Tensor:
         """Logits ``(batch, seq, vocab_size)`` for token ids ``(batch, seq)``."""
@@ -106,7 +87,7 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
         nll, count = self.token_nll(batch)
         loss = nll / count.clamp(min=1)
-        self.log("train_nll", loss, prog_bar=True)
+        self.log("train_loss", loss, prog_bar=True)
         return loss
 
     def evaluation_sums(self, batch: Any) -> Tensor:
@@ -115,13 +96,13 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
         return torch.stack([nll.double(), count.double()])
 
     def on_validation_epoch_start(self) -> None:
-        self._eval_sums = torch.zeros(len(self.evaluation_sum_names), dtype=torch.float64, device=self.device)
+        self.reset_evaluation_sums()
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_sums += self.evaluation_sums(batch)
+        self.add_evaluation_sums(self.evaluation_sums(batch))
 
     def on_validation_epoch_end(self) -> None:
-        self.log_epoch_metrics("val", self._gathered_sums())
+        self.log_epoch_metrics("val", self.gathered_evaluation_sums())
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)
@@ -130,30 +111,10 @@ class CausalLMTask(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule)
         self.on_validation_epoch_start()
 
     def on_test_epoch_end(self) -> None:
-        self.log_epoch_metrics("test", self._gathered_sums())
+        self.log_epoch_metrics("test", self.gathered_evaluation_sums())
 
     def log_epoch_metrics(self, stage: str, sums: dict[str, float]) -> None:
         """Logs ``{stage}_nll`` (nats per token) and ``{stage}_ppl``; subclasses add their own units."""
         nll = sums["nll"] / max(sums["targets"], 1.0)
         self.log(f"{stage}_nll", nll, prog_bar=True, sync_dist=False)
         self.log(f"{stage}_ppl", math.exp(min(nll, 50.0)), sync_dist=False)
-
-    def _gathered_sums(self) -> dict[str, float]:
-        """The epoch's sums over every process, by name."""
-        sums = self.all_gather(self._eval_sums)
-        if sums.dim() > 1:
-            sums = sums.sum(0)
-        return dict(zip(self.evaluation_sum_names, sums.tolist(), strict=True))
-
-    def configure_optimizers(self):
-        optimizer = self.finetuning_optimizer(self.optimizer_factory)  # decay_groups' rule, pretrained lr scaled
-        return {"optimizer": optimizer, "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps)}
-
-
-def decay_groups(model: nn.Module) -> list[dict[str, Any]]:
-    """Parameter groups: weight decay on matrices (2-D and up), none on biases, norms and 1-D tables."""
-    decay, no_decay = [], []
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            (decay if parameter.dim() >= 2 else no_decay).append(parameter)
-    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]

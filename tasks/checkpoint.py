@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from multimodal.convert.export import Export, export_from_state_dict
+
 
 class SelfContainedCheckpoint:
     """Mixin for our ``LightningModule`` s: each checkpoint records the task class and the data's tokenizer.
@@ -40,15 +42,18 @@ def describe(task: Any, tokenizer: Any | None) -> dict[str, str]:
 
 
 def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | None]:
-    """Rebuilds ``(task, tokenizer)`` from a checkpoint written by one of our tasks (eval mode)."""
-    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    """Rebuilds ``(task, tokenizer)`` from a checkpoint written by one of our tasks (eval mode, on ``map_location``)."""
+    checkpoint = read_checkpoint(path, map_location)
     entry = checkpoint.get("multimodal")
     if entry is None:
         raise ValueError(f"{path} was not written by a multimodal task (no 'multimodal' entry); "
                          f"train with `multimodal fit` to get a self-contained checkpoint")  # fmt: skip
-    task_class = _class_at(entry["task"], allowed_prefix="tasks.")
-    task = task_class(**checkpoint.get("hyper_parameters", {}))
+    task_class, arguments = checkpoint_task(entry, checkpoint.get("hyper_parameters", {}))
+    # A run trained with compile: true is rebuilt eager: the commands score and sample, and
+    # compiling for that (on a CPU, per window shape) would cost more than it saves.
+    task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
     task.load_state_dict(checkpoint["state_dict"])
+    task.to(map_location)
     task.eval()
     tokenizer = None
     if "tokenizer" in entry:
@@ -58,6 +63,45 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
             tokenizer_path.write_text(entry["tokenizer"])
             tokenizer = tokenizer_class.load(tokenizer_path)
     return task, tokenizer
+
+
+def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    """``torch.load(path, weights_only=True)``; a file that is not a checkpoint is a ``ValueError`` naming it."""
+    if Path(path).is_dir():
+        raise IsADirectoryError(21, "a folder, not a checkpoint file", str(path))
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # truncated zips, pickles needing code, text files, ...
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path}: not a readable checkpoint ({detail[:200]})") from error
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path}: not a training checkpoint (holds a {type(checkpoint).__name__})")
+    return checkpoint
+
+
+def read_task_checkpoint(path: str | Path, stack: str | None = None) -> Export:
+    """The model weights of a training checkpoint (``model.*`` of its state dict) under export names.
+
+    Read with ``torch.load(weights_only=True)``; ``stack`` picks the stack of a multi-stack model
+    (:func:`multimodal.convert.export.export_from_state_dict`).
+    """
+    checkpoint = read_checkpoint(path)
+    state = {name[len("model.") :]: t for name, t in checkpoint.get("state_dict", {}).items() if name.startswith("model.")}
+    if not state:
+        raise ValueError(f"{path} holds no `model.*` weights: is it a checkpoint of a multimodal task?")
+    config = checkpoint.get("hyper_parameters", {}).get("model", {})
+    return export_from_state_dict(state, config if isinstance(config, dict) else {}, str(path), stack)
+
+
+def checkpoint_task(entry: dict[str, str], hyper_parameters: dict[str, Any]) -> tuple[type, dict[str, Any]]:
+    """The task class (from our ``tasks.`` package only) and init arguments a checkpoint's entry names."""
+    from tasks.registry import LEGACY_TASK_PATHS
+
+    task_class = _class_at(LEGACY_TASK_PATHS.get(entry["task"], entry["task"]), allowed_prefix="tasks.")
+    upgrade = getattr(task_class, "checkpoint_class", None)
+    return upgrade(hyper_parameters) if upgrade is not None else (task_class, hyper_parameters)
 
 
 def _path_of(cls: type) -> str:

@@ -1,110 +1,84 @@
-"""The ``multimodal`` command.
+"""The ``multimodal`` command: LightningCLI subcommands for training, tool subcommands for the rest.
 
-``multimodal fit|validate|test|predict --config configs/<task>.yaml`` is a LightningCLI: the YAML
-names a task (``model.class_path``) and a data module (``data.class_path``), unknown keys are
-errors, ``--print_config`` shows the full resolved config. Sizes the data decides (vocabulary,
-number of classes) are linked from the data module into the task when both are instantiated; each
-task lists them in its ``data_links``.
-
-Other subcommands (``generate``, ``data``, …) are plain functions registered with
-:func:`command`; each parses its own arguments.
+``multimodal fit|validate|test|predict --config configs/<task>.yaml`` runs
+:class:`tasks.lightning_cli.MultimodalCLI`; ``generate``, ``perplexity``, ``data``, … are the
+functions of :data:`tasks.commands.COMMANDS`, each parsing its own arguments. This module imports
+neither torch nor Lightning, so ``multimodal --help`` and a tool's ``--help`` answer at once.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import pytorch_lightning as pl
-import torch
-import yaml
-from pytorch_lightning.cli import LightningCLI
+from tasks.commands import COMMANDS
+from tasks.registry import TASKS
 
-COMMANDS: dict[str, tuple[str, Callable[[list[str]], None]]] = {}
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
-# Modules whose import registers subcommands and makes their task classes known by short name.
-TASK_MODULES = ("tasks.music_continuation", "tasks.language_modeling", "tasks.classification", "tasks.image_generation", "tasks.super_resolution", "tasks.commands", "tasks.data_command", "tasks.convert_command")
-
-
-def command(name: str, help: str) -> Callable[[Callable[[list[str]], None]], Callable[[list[str]], None]]:
-    """Registers ``function(argv)`` as ``multimodal NAME``."""
-
-    def register(function: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
-        COMMANDS[name] = (help, function)
-        return function
-
-    return register
-
-
-class MultimodalCLI(LightningCLI):
-    """LightningCLI over every task and data module, with the chosen task's data links.
-
-    Args:
-        args: Command-line arguments (without the program name); None reads ``sys.argv``.
-        data_links: Data-module attribute -> task init argument, linked at instantiation.
-        run: Run the subcommand (False: only instantiate, for tests).
-    """
-
-    def __init__(self, args: Sequence[str] | None, data_links: dict[str, str] | None = None, run: bool = True) -> None:
-        self.data_links = data_links or {}
-        super().__init__(
-            pl.LightningModule,
-            pl.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            auto_configure_optimizers=False,  # tasks take an OptimizerCallable of their own
-            save_config_kwargs={"overwrite": True},
-            args=None if args is None else list(args),
-            run=run,
-        )
-
-    def add_arguments_to_parser(self, parser) -> None:
-        for source, target in self.data_links.items():
-            parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
-
-    def _parse_ckpt_path(self) -> None:
-        """Merges a ``--ckpt_path`` checkpoint's hyper-parameters into the config, as Lightning does.
-
-        Lightning expects them under a ``_class_path`` key that only its own ``save_hyperparameters``
-        writes; our tasks save plain init arguments and name their class in the ``"multimodal"`` entry.
-        """
-        subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if ckpt_path and Path(ckpt_path).is_file():
-            checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu")
-            entry, hparams = checkpoint.get("multimodal"), checkpoint.get("hyper_parameters")
-            if entry is not None and hparams:
-                model = {"class_path": entry["task"], "init_args": hparams}
-                self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
-                return
-        super()._parse_ckpt_path()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``multimodal`` console script."""
+    """Entry point of the ``multimodal`` console script.
+
+    A failure ends with one line, ``error: <file or option>: <reason>``, and exit status 2; the
+    traceback only with ``--debug`` (or ``MULTIMODAL_DEBUG=1``).
+    """
     from_shell = argv is None
     argv = list(sys.argv[1:] if from_shell else argv)
-    for module in TASK_MODULES:
-        importlib.import_module(module)
+    debug = "--debug" in argv or os.environ.get("MULTIMODAL_DEBUG", "") not in ("", "0")
+    argv = [arg for arg in argv if arg != "--debug"]
+    if from_shell and "--debug" in sys.argv:
+        sys.argv = [arg for arg in sys.argv if arg != "--debug"]  # LightningCLI reads sys.argv itself
+    try:
+        _run(argv, from_shell)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as error:
+        if debug:
+            raise
+        print(f"error: {describe_error(error)} (--debug shows the traceback)", file=sys.stderr)
+        sys.exit(2)
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for an exception: ``file: reason`` for file errors, else its message (or its kind)."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror or type(error).__name__}"
+    message = " ".join(str(error).split())
+    return message if message else type(error).__name__
+
+
+def _run(argv: list[str], from_shell: bool) -> None:
     if argv and argv[0] in COMMANDS:
-        COMMANDS[argv[0]][1](argv[1:])
+        COMMANDS[argv[0]].load()(argv[1:])
         return
     if not argv or argv[0] in ("-h", "--help"):
         _print_overview()
         return
+    from tasks.lightning_cli import MultimodalCLI, import_tasks
+
+    import_tasks()
     task = task_class_from_args(argv)
     MultimodalCLI(None if from_shell else argv, data_links=getattr(task, "data_links", None))
 
 
 def task_class_from_args(argv: Sequence[str]) -> type | None:
     """The task class named by ``--config`` files (``model.class_path``) or ``--model``, if any."""
+    import yaml
+
     class_path = None
     for index in range(len(argv)):
         value = _option_value(argv, index, ("--config", "-c"))
         if value is not None and Path(value).is_file():
-            section = (yaml.safe_load(Path(value).read_text()) or {}).get("model")
+            try:
+                loaded = yaml.safe_load(Path(value).read_text())
+            except yaml.YAMLError as error:
+                raise ValueError(f"{value}: not valid YAML ({' '.join(str(error).split())})") from error
+            section = (loaded if isinstance(loaded, dict) else {}).get("model")
             if isinstance(section, dict) and "class_path" in section:
                 class_path = section["class_path"]
             elif isinstance(section, str):
@@ -126,33 +100,35 @@ def _option_value(argv: Sequence[str], index: int, names: tuple[str, ...]) -> st
 
 
 def _resolve_task(class_path: str) -> type | None:
-    if "." in class_path:
-        module, _, name = class_path.rpartition(".")
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            return None  # LightningCLI reports the bad class path itself
-    for cls in _subclasses(pl.LightningModule):
-        if cls.__name__ == class_path:
-            return cls
-    return None
-
-
-def _subclasses(cls: type) -> list[type]:
-    found = []
-    for sub in cls.__subclasses__():
-        found += [sub, *_subclasses(sub)]
-    return found
+    """A task class by full path (our ``tasks.`` package only) or by its short registered name."""
+    class_path = TASKS.get(class_path, class_path)
+    if not class_path.startswith("tasks."):
+        return None  # LightningCLI reports a class it cannot use itself
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
 
 
 def _print_overview() -> None:
     print("usage: multimodal SUBCOMMAND [options]\n")
     print("Training (LightningCLI; `multimodal SUBCOMMAND --help` for options):")
     for name in LIGHTNING_SUBCOMMANDS:
-        print(f"  {name:<11} {name} a task: multimodal {name} --config configs/<task>.yaml")
+        print(f"  {name:<13} {name} a task: multimodal {name} --config configs/<task>.yaml")
     print("\nTools:")
-    for name, (help_text, _) in sorted(COMMANDS.items()):
-        print(f"  {name:<11} {help_text}")
+    for name, entry in sorted(COMMANDS.items()):
+        print(f"  {name:<13} {entry.help}")
+
+
+def __getattr__(name: str):
+    """``tasks.cli.MultimodalCLI`` is imported on first use (it pulls in Lightning)."""
+    if name == "MultimodalCLI":
+        from tasks.lightning_cli import MultimodalCLI, import_tasks
+
+        import_tasks()
+        return MultimodalCLI
+    raise AttributeError(f"module 'tasks.cli' has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -9,35 +9,31 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.loggers import TensorBoardLogger
 from torch import Tensor
 
-from multimodal.layers import compile_blocks
+from multimodal.images import sample_images
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer
-from multimodal.pixels import sample_images
 from multimodal.tokenizers.image import PixelTokenizer
 from multimodal.viz import image_grid, image_grid_png
-from tasks.causal_lm import adamw
-from tasks.checkpoint import SelfContainedCheckpoint
-from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
-from tasks.optim import warmup_cosine
-from tasks.outputs import log_folder
+from tasks.arguments import positive_int
+from tasks.base import Task, adamw
+from tasks.finetune import FineTuneConfig
+from tasks.outputs import claim_outputs, log_folder
 
 
-class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
+class ImageGeneration(Task):
     """Trains an :class:`~multimodal.models.image_transformer.ImageTransformer` with cross-entropy per sub-pixel.
 
-    Batches are ``(tokens, labels)`` from :class:`~tasks.datamodules.PixelDataModule`. Logs
-    ``train_bpd``, ``val_nll`` (nats per sub-pixel) and ``val_bpd`` — **bits per dimension**, the
+    Batches are ``(tokens, labels)`` from :class:`~tasks.datamodules.ImageGenerationDataModule`. Logs
+    ``train_loss`` (nats per sub-pixel) and ``train_bpd``, ``val_nll`` (nats per sub-pixel) and ``val_bpd`` — **bits per dimension**, the
     negative log-likelihood in bits averaged over every sub-pixel (``height * width * channels`` per
     image) of the split; ``test`` logs the same. Each sampled validation epoch writes a grid of
     samples to ``<log_dir>/samples/epoch_<n>.png`` (and to TensorBoard when it is the logger);
@@ -50,12 +46,13 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         num_samples: Images in the validation sample grid (0: none).
         sample_every_n_epochs: How often to sample.
         sample_temperature: Temperature of the grid's samples.
-        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
+        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetune`).
         compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
             the first steps pay for compilation.
     """
 
-    #: Data-module attribute -> init argument, linked by the CLI at instantiation.
+    config_class = ImageTransformerConfig
+    evaluation_sum_names: ClassVar[tuple[str, ...]] = ("nll", "subpixels")
     data_links: ClassVar[dict[str, str]] = {
         "height": "model.height",
         "width": "model.width",
@@ -75,28 +72,14 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
     ) -> None:
-        super().__init__()
-        config = (
-            ImageTransformerConfig(**model)
-            if isinstance(model, dict)
-            else (model or ImageTransformerConfig())
-        )
-        # Plain types only, so checkpoints load with torch.load(weights_only=True).
-        self.save_hyperparameters({
-            "model": asdict(config), "warmup_steps": warmup_steps, "num_samples": num_samples,
-            "sample_every_n_epochs": sample_every_n_epochs, "sample_temperature": sample_temperature,
-            "finetune": finetune_hparams(finetune), "compile": compile,
-        })  # fmt: skip
-        self.config = config
-        self.model = ImageTransformer(config)
-        self.configure_finetuning(finetune)
-        if compile:
-            compile_blocks(self.model)
-        self.optimizer_factory = optimizer
-        self.warmup_steps = warmup_steps
+        settings = {"num_samples": num_samples, "sample_every_n_epochs": sample_every_n_epochs,
+                    "sample_temperature": sample_temperature}  # fmt: skip
+        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings=settings)
         self.num_samples, self.sample_every_n_epochs = num_samples, sample_every_n_epochs
         self.sample_temperature = sample_temperature
-        self._sums = torch.zeros(2, dtype=torch.float64)  # summed NLL (nats), number of sub-pixels
+
+    def build_model(self, config: ImageTransformerConfig) -> ImageTransformer:
+        return ImageTransformer(config)
 
     def forward(self, tokens: Tensor, labels: Tensor | None = None, **kwargs: Any) -> Tensor:
         """Logits ``(batch, seq, num_levels)`` for input ids ``(batch, seq)`` (BOS first)."""
@@ -113,17 +96,16 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         nll, count = self.nll(batch)
         loss = nll / count
+        self.log("train_loss", loss)
         self.log("train_bpd", loss / math.log(2), prog_bar=True)
         return loss
 
     def on_validation_epoch_start(self) -> None:
-        self._sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self.reset_evaluation_sums()
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         nll, count = self.nll(batch)
-        self._sums += torch.stack(
-            [nll.double(), torch.tensor(float(count), dtype=torch.float64, device=self.device)]
-        )
+        self.add_evaluation_sums(torch.stack([nll.detach().double(), nll.new_tensor(count, dtype=torch.float64)]))
 
     def on_validation_epoch_end(self) -> None:
         self._log_bits("val")
@@ -142,10 +124,8 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
         self._log_bits("test")
 
     def _log_bits(self, stage: str) -> None:
-        sums = self.all_gather(self._sums)
-        if sums.dim() > 1:
-            sums = sums.sum(0)
-        nll = (sums[0] / sums[1].clamp(min=1)).item()
+        sums = self.gathered_evaluation_sums()
+        nll = sums["nll"] / max(sums["subpixels"], 1.0)
         self.log(f"{stage}_nll", nll, sync_dist=False)
         self.log(f"{stage}_bpd", nll / math.log(2), prog_bar=True, sync_dist=False)
 
@@ -166,13 +146,6 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
             grid = image_grid(samples, nrow, pixel_scale=max(1, 32 // self.config.width))
             self.logger.experiment.add_image("samples", grid, self.global_step, dataformats="HWC")
 
-    def configure_optimizers(self):
-        optimizer = self.finetuning_optimizer(self.optimizer_factory)  # decay on matrices, pretrained lr scaled
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": warmup_cosine(optimizer, self.trainer, self.warmup_steps),
-        }
-
     # ----------------------------------------------------------------------------------------------
     # multimodal generate
     # ----------------------------------------------------------------------------------------------
@@ -180,13 +153,15 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
     @staticmethod
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         """Options of ``multimodal generate`` for image-generation checkpoints."""
-        parser.add_argument("--num-samples", type=int, default=16, help="images to draw")
+        parser.add_argument("--num-samples", type=positive_int, default=16, help="images to draw")
         parser.add_argument("--label", type=int, default=None,
                             help="class id for every image (class-conditional models; default: cycle through classes)")  # fmt: skip
-        parser.add_argument("--batch-size", type=int, default=64, help="images decoded together")
+        parser.add_argument("--batch-size", type=positive_int, default=64, help="images decoded together")
 
     def run_generate(self, tokenizer: PixelTokenizer | None, args: argparse.Namespace) -> None:
         """Writes ``sample_<i>.png`` (native size) and ``grid.png`` to ``args.out``."""
+        out = Path(args.out)
+        claim_outputs([out / "grid.png", *(out / f"sample_{i:03d}.png" for i in range(args.num_samples))], args.overwrite)
         if args.seed is not None:
             torch.manual_seed(args.seed)
         labels = self.sample_labels(args.num_samples)
@@ -196,7 +171,6 @@ class ImageGeneration(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModu
             self.model, args.num_samples, labels=labels, temperature=args.temperature, top_k=args.top_k,
             top_p=args.top_p, batch_size=args.batch_size, progress=True,
         )  # fmt: skip
-        out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         for index, image in enumerate(samples):
             image_grid_png(image[None], out / f"sample_{index:03d}.png", padding=0, pixel_scale=1)

@@ -16,48 +16,40 @@ Units (see ``docs/text.md`` for the exact definition of the evaluation windows):
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from multimodal.data.text import find_text_files, read_text_file
-from multimodal.generation import generate
+from multimodal.generation import Shaping
+from multimodal.text import Score, continue_text, score_text, stream_text, window_sums
 from multimodal.tokenizers.text import TextTokenizer
-from tasks.causal_lm import IGNORE_INDEX, CausalLMTask
-from tasks.datamodules.text import DocumentWindows, evaluation_loader, token_byte_lengths
-from tasks.outputs import log_folder
+from tasks.arguments import non_negative_int, positive_float, positive_int, probability
+from tasks.causal_lm import CausalLMTask
+from tasks.outputs import claim_outputs, log_folder
 
 
 class LanguageModeling(CausalLMTask):
     """Text language model: a :class:`~multimodal.models.CausalLM` over byte-level BPE tokens.
 
     Trains on random windows of the token stream, every target counted (text streams have no
-    padding, and EOS targets are kept). Logs ``train_nll``; ``val_nll``, ``val_ppl``, ``val_bpb``
+    padding, and EOS targets are kept). Logs ``train_loss`` (nats per token); ``val_nll``, ``val_ppl``, ``val_bpb``
     over the validation documents; ``test_nll``, ``test_ppl``, ``test_bpb`` over the test documents,
-    with the sliding windows of :class:`~tasks.datamodules.text.DocumentWindows`.
+    with the sliding windows of :class:`~multimodal.data.text_windows.DocumentWindows`.
     """
 
     data_links: ClassVar[dict[str, str]] = {"vocab_size": "model.vocab_size"}
     evaluation_sum_names: ClassVar[tuple[str, ...]] = ("nll", "targets", "bytes")
 
-    def inputs_and_targets(self, batch: Tensor | dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Training batches are ``(batch, seq_len + 1)`` ids; evaluation batches carry a ``scored`` mask."""
-        if not isinstance(batch, dict):
-            return super().inputs_and_targets(batch)
-        tokens = batch["tokens"]
-        return tokens[:, :-1], tokens[:, 1:].masked_fill(~batch["scored"], IGNORE_INDEX)
-
     def evaluation_sums(self, batch: dict[str, Tensor]) -> Tensor:
-        """Summed NLL (nats), number of scored targets and their UTF-8 bytes."""
-        nll_and_count = super().evaluation_sums(batch)
-        return torch.cat([nll_and_count, batch["bytes"].sum().double()[None]])
+        """Summed NLL (nats), number of scored targets and their UTF-8 bytes of a batch of windows
+        (:func:`multimodal.text.window_sums`, the code ``multimodal perplexity`` runs too)."""
+        return window_sums(self.model, batch)
 
     def log_epoch_metrics(self, stage: str, sums: dict[str, float]) -> None:
         """Adds ``{stage}_bpb`` (bits per UTF-8 byte) to the NLL and perplexity."""
@@ -79,60 +71,49 @@ class LanguageModeling(CausalLMTask):
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         """Options of ``multimodal generate`` for text checkpoints."""
         parser.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-        parser.add_argument("--max-new-tokens", type=int, default=200)
+        parser.add_argument("--max-new-tokens", type=non_negative_int, default=200)
+        parser.add_argument("--stream", action="store_true", help="print the text as it is decoded")
+        parser.add_argument("--stop", action="append", default=[], help="stop before this string (repeatable)")
+        parser.add_argument("--min-new-tokens", type=non_negative_int, default=0, help="no EOS before this many")
+        parser.add_argument("--repetition-penalty", type=positive_float, default=1.0, help="> 1 discourages repeats")
+        parser.add_argument("--no-repeat-ngram-size", type=non_negative_int, default=0, help="never repeat an n-gram")
+        parser.add_argument("--min-p", type=probability, default=None, help="keep tokens >= min_p x the best one")
+        parser.add_argument("--num-beams", type=positive_int, default=1, help="beam search with N beams (no sampling)")
+        parser.add_argument("--length-penalty", type=float, default=1.0, help="beam search: > 0 favours longer text")
         parser.set_defaults(out=None)
         parser.description = "Prints the prompt and its continuation; --out FILE also writes them there."
 
     def run_generate(self, tokenizer: TextTokenizer, args: argparse.Namespace) -> None:
         """Prints ``prompt + continuation`` (and writes it to ``args.out`` when given)."""
-        text = continue_text(
-            self.model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
-            top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        )  # fmt: skip
-        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+        if args.out is not None:
+            claim_outputs([Path(args.out)], args.overwrite)
+            if Path(args.out).is_dir():
+                raise IsADirectoryError(21, "is a folder; --out takes a file name for text", str(args.out))
+        shaping = Shaping(min_new_tokens=args.min_new_tokens, repetition_penalty=args.repetition_penalty,
+                          no_repeat_ngram_size=args.no_repeat_ngram_size, min_p=args.min_p)  # fmt: skip
+        if args.num_beams > 1:
+            text = continue_text(self.model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop,
+                                 num_beams=args.num_beams, length_penalty=args.length_penalty)  # fmt: skip
+            sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+            if args.out is not None:
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(text, encoding="utf-8")
+            return
+        pieces = stream_text(self.model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
+                             top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop=args.stop, shaping=shaping)  # fmt: skip
+        sys.stdout.write(args.prompt)
+        continuation = []
+        for piece in pieces:
+            continuation.append(piece)
+            if args.stream:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        text = args.prompt + "".join(continuation)
+        sys.stdout.write(("" if args.stream else "".join(continuation)) + ("" if text.endswith("\n") else "\n"))
         if args.out is not None:
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
-
-
-def continue_text(
-    model: nn.Module,
-    tokenizer: TextTokenizer,
-    prompt: str,
-    max_new_tokens: int,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-) -> str:
-    """``prompt`` followed by up to ``max_new_tokens`` sampled tokens (stops at EOS), as text.
-
-    The model sees ``[EOS] + encode(prompt)``, the way a document starts in the training stream,
-    and decodes with its KV cache. A model with learned absolute positions cannot go past its
-    ``max_seq_len``: that is an error naming the numbers.
-    """
-    prompt_ids = [tokenizer.eos_id, *tokenizer.encode(prompt)]
-    config = getattr(model, "config", None)
-    if (
-        config is not None
-        and config.position == "learned"
-        and len(prompt_ids) + max_new_tokens > config.max_seq_len
-    ):
-        raise ValueError(
-            f"prompt ({len(prompt_ids)} tokens with the leading EOS) + max_new_tokens={max_new_tokens} "
-            f"exceeds max_seq_len={config.max_seq_len} of this learned-position model; lower "
-            f"--max-new-tokens or shorten the prompt"
-        )
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    prompt_tensor = torch.tensor([prompt_ids], device=device)
-    tokens = generate(
-        model, prompt_tensor, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        eos_id=tokenizer.eos_id, generator=generator,
-    )  # fmt: skip
-    return prompt + tokenizer.decode(tokens[0, len(prompt_ids) :].tolist())
 
 
 class TextSampleCallback(pl.Callback):
@@ -179,7 +160,7 @@ class TextSampleCallback(pl.Callback):
         tokenizer = trainer.datamodule.tokenizer
         prompt = self.prompt
         if prompt is None:
-            stream = trainer.datamodule.stream("validation")
+            stream = trainer.datamodule.stream("val")
             prompt = tokenizer.decode(np.asarray(stream[: self.prompt_tokens]).tolist())
         config = task.model.config
         room = (
@@ -198,67 +179,12 @@ class TextSampleCallback(pl.Callback):
 
 
 # -------------------------------------------------------------------------- multimodal perplexity
-@dataclass
-class Score:
-    """Evaluation totals of some text and the units derived from them."""
-
-    nll: float  # summed negative log-likelihood, nats
-    targets: int  # scored tokens
-    bytes: int  # UTF-8 bytes those tokens spell
-
-    @classmethod
-    def from_sums(cls, sums: dict[str, float]) -> Score:
-        return cls(sums["nll"], int(sums["targets"]), int(sums["bytes"]))
-
-    @property
-    def nll_per_token(self) -> float:
-        return self.nll / max(self.targets, 1)
-
-    @property
-    def perplexity(self) -> float:
-        return math.exp(min(self.nll_per_token, 700.0))
-
-    @property
-    def bits_per_byte(self) -> float:
-        return self.nll / math.log(2) / max(self.bytes, 1)
-
-    def __add__(self, other: Score) -> Score:
-        return Score(self.nll + other.nll, self.targets + other.targets, self.bytes + other.bytes)
-
-
-@torch.inference_mode()
-def score_windows(task: LanguageModeling, windows: DocumentWindows, batch_size: int = 8) -> Score:
-    """Totals of ``task`` over evaluation windows, with the code ``multimodal test`` runs."""
-    was_training = task.training
-    task.eval()
-    device = next(task.parameters()).device
-    sums = torch.zeros(3, dtype=torch.float64, device=device)
-    for batch in evaluation_loader(windows, batch_size):
-        sums += task.evaluation_sums({name: value.to(device) for name, value in batch.items()})
-    task.train(was_training)
-    return Score.from_sums(dict(zip(task.evaluation_sum_names, sums.tolist(), strict=True)))
-
-
-def score_text(
-    task: LanguageModeling,
-    tokenizer: TextTokenizer,
-    text: str,
-    context: int,
-    stride: int,
-    batch_size: int = 8,
-) -> Score:
-    """Scores one document (every token, plus nothing else) with sliding windows; see ``docs/text.md``."""
-    windows = DocumentWindows([np.asarray(tokenizer.encode(text))], tokenizer.eos_id,
-                              token_byte_lengths(tokenizer), context, stride)  # fmt: skip
-    return score_windows(task, windows, batch_size)
-
-
 def _add_perplexity_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``multimodal perplexity`` for text checkpoints."""
     parser.add_argument("files", nargs="+", help="text files, folders (*.txt, *.md, *.py) or globs")
-    parser.add_argument("--context", type=int, default=None, help="tokens per window (default: the run's seq_len)")
-    parser.add_argument("--stride", type=int, default=None, help="default: the run's test stride (seq_len // 2)")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--context", type=positive_int, default=None, help="tokens per window (default: the run's seq_len)")
+    parser.add_argument("--stride", type=positive_int, default=None, help="default: the run's test stride (seq_len // 2)")
+    parser.add_argument("--batch-size", type=positive_int, default=8)
 
 
 def _run_perplexity(task: LanguageModeling, tokenizer: TextTokenizer, args: argparse.Namespace) -> None:
@@ -276,9 +202,11 @@ def _run_perplexity(task: LanguageModeling, tokenizer: TextTokenizer, args: argp
         text = read_text_file(path)
         if text is None:
             continue  # read_text_file warned why
-        score = score_text(task, tokenizer, text, context, stride, args.batch_size)
+        score = score_text(task.model, tokenizer, text, context, stride, args.batch_size)
         total = total + score
         print(_row(str(path), score))
+    if total.targets == 0:
+        raise ValueError(f"{' '.join(map(str, args.files))}: no text to score (no readable file, or only empty ones)")
     print(_row("total", total))
 
 

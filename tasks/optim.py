@@ -54,7 +54,9 @@ def agreed_maximum(value: float) -> float:
         return value
     if torch.distributed.get_world_size() == 1:
         return value
-    shared = torch.tensor([value], dtype=torch.float64)
+    # NCCL reduces CUDA tensors only; gloo (CPU) takes CPU ones.
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.distributed.get_backend() == "nccl" else "cpu"
+    shared = torch.tensor([value], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(shared, op=torch.distributed.ReduceOp.MAX)
     return float(shared.item())
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("MULTIMODAL_DEBUG", "1")  # failures show tracebacks; tests of one-line errors turn it off
 logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
 
 ROOT = Path(__file__).resolve().parents[1]

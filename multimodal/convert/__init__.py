@@ -2,8 +2,12 @@
 
 * :mod:`multimodal.convert.gpt2`: a Hugging Face GPT-2 folder -> ``CausalLM`` + tokenizer;
 * :mod:`multimodal.convert.timm_vit`: a timm ``vit_*`` state dict -> ``ViT``;
-* :mod:`multimodal.convert.blocks`: our export format (``blocks.safetensors`` + ``config.json``)
-  and loading it by part (``blocks``, ``embeddings``, ``head``) into any single-stack model.
+* :mod:`multimodal.convert.parts`: which tensor of a model is which part (``blocks``,
+  ``embeddings``, ``head``), under model-independent names;
+* :mod:`multimodal.convert.export`: our export format (``blocks.safetensors`` + ``config.json``),
+  written and read;
+* :mod:`multimodal.convert.positions`: position tables resized between models;
+* :mod:`multimodal.convert.blocks`: loading an export by part into any model of the shared blocks.
 
 Only ``torch`` and ``safetensors`` are needed; ``transformers`` and ``timm`` are test references.
 """

@@ -8,11 +8,12 @@ explicit fetch (behind ``multimodal data fashion-mnist``).
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from multimodal.cache import cache_root
 
 __all__ = [
     "FASHION_MNIST_FILES",
@@ -35,8 +36,8 @@ class DatasetNotFoundError(FileNotFoundError):
 
 
 def default_cache_dir() -> Path:
-    """Where fetched data lives: ``$MULTIMODAL_CACHE`` or ``~/.cache/multimodal``."""
-    return Path(os.environ.get("MULTIMODAL_CACHE", "~/.cache/multimodal")).expanduser()
+    """Where fetched data lives: the toolkit's cache root (:func:`multimodal.cache.cache_root`)."""
+    return cache_root()
 
 
 def fetch_fashion_mnist(root: str | Path | None = None) -> Path:

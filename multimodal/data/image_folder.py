@@ -105,11 +105,31 @@ def image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
 
 
+def to_mode(image: Image.Image, mode: str) -> Image.Image:
+    """``image`` in ``mode`` (``"L"`` / ``"RGB"``), high bit depths rescaled to 8 bits, not clipped.
+
+    PIL's ``convert`` clips 16-bit (``I;16``), 32-bit (``I``) and float (``F``) images at 255, which
+    turns most of a 16-bit photo white. Here 16-bit values are divided by 257 (65,535 -> 255);
+    32-bit integers the same when they fit 16 bits, else scaled by their maximum; floats in [0, 1]
+    multiplied by 255, other floats stretched from their minimum to their maximum.
+    """
+    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        if image.mode == "F":
+            low, high = float(values.min(initial=0.0)), float(values.max(initial=0.0))
+            scaled = values * 255 if low >= 0 and high <= 1 else (values - low) * 255 / max(high - low, 1e-12)
+        else:
+            top = float(values.max(initial=0.0))
+            scaled = values / 257 if top <= 65535 else values * 255 / top
+        image = Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), mode="L")
+    return image.convert(mode)
+
+
 def open_image(path: Path, mode: str) -> Image.Image | None:
-    """Decodes a file and converts it to ``mode``; ``None`` (with a warning) if that fails."""
+    """Decodes a file and converts it to ``mode`` (:func:`to_mode`); ``None`` (with a warning) if that fails."""
     try:
         with Image.open(path) as image:
-            return image.convert(mode)
+            return to_mode(image, mode)
     except Exception as error:
         warnings.warn(f"skipping unreadable image {path}: {error}", stacklevel=3)
         return None

@@ -46,6 +46,7 @@ from multimodal.data.super_resolution import (
     skimage_photos,
     super_resolution_dataset,
 )
+from multimodal.tokenizers.image import pixels_to_tokens
 
 __all__ = [
     "DIGITS_SPLIT_SIZES",
@@ -287,3 +288,32 @@ def _carve(indices: np.ndarray, labels: np.ndarray, size: int) -> tuple[np.ndarr
         warnings.warn("too few images per class for a stratified split; splitting at random", stacklevel=3)
         rest, held = train_test_split(indices, test_size=size, random_state=0)
     return np.sort(rest), np.sort(held)
+
+
+KNOWN_SHAPES: dict[str, tuple[int, int, int, int]] = {
+    "digits": (8, 8, 1, 10),
+    "fashion_mnist": (28, 28, 1, 10),
+    "mnist": (28, 28, 1, 10),
+    "cifar10": (32, 32, 3, 10),
+    "cifar100": (32, 32, 3, 100),
+}
+"""``(height, width, channels, classes)`` of the data sets whose images all have one size."""
+
+
+class PixelTokens(Dataset):
+    """Wraps ``(image, label)`` items (float ``[0, 1]``) as ``(intensity ids (seq_len,), label)``.
+
+    Args:
+        images: A classification data set.
+        num_levels: Intensity levels per channel.
+    """
+
+    def __init__(self, images: Dataset, num_levels: int) -> None:
+        self.images, self.num_levels = images, num_levels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image, label = self.images[index]
+        return pixels_to_tokens(image, self.num_levels), label

@@ -28,7 +28,6 @@ An interrupted conversion resumes where it stopped. Delete the folder to rebuild
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -42,7 +41,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from tqdm.auto import tqdm
 
+from multimodal.cache import atomic_write_text, cache_root, hash_bucket
 from multimodal.tokenizers.midi import MidiTokenizer, notes_from_midi
 
 MIDI_SUFFIXES = (".mid", ".midi")
@@ -69,41 +70,35 @@ class MidiCorpus:
         return len(self.skipped)
 
     def split(self, split: str, validation_percent: int = 10, test_percent: int = 10) -> MidiCorpus:
-        """The pieces of one split: ``"train"``, ``"validation"``, ``"test"`` or ``"all"`` (module docstring)."""
+        """The pieces of one split: ``"train"``, ``"val"``, ``"test"`` or ``"all"`` (module docstring)."""
         if split == "all":
             return self
-        if split not in ("train", "validation", "test"):
-            raise ValueError(f"split must be 'train', 'validation', 'test' or 'all', got {split!r}")
-        keep = [piece_split(name, validation_percent, test_percent) == split for name in self.names]
-        return MidiCorpus(
-            [name for name, k in zip(self.names, keep, strict=True) if k],
-            [notes for notes, k in zip(self.notes, keep, strict=True) if k],
-            self.skipped,
-        )
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split must be 'train', 'val', 'test' or 'all', got {split!r}")
+        kept = [i for i, name in enumerate(self.names) if piece_split(name, validation_percent, test_percent) == split]
+        # A lazily read corpus (an ingested cache) stays lazy: its subset opens pieces on access.
+        subset = getattr(self.notes, "subset", None)
+        notes = subset(kept) if subset is not None else [self.notes[i] for i in kept]
+        return MidiCorpus([self.names[i] for i in kept], notes, self.skipped)
 
     def __len__(self) -> int:
         return len(self.names)
 
 
 def piece_split(name: str, validation_percent: int = 10, test_percent: int = 10) -> str:
-    """``"validation"``, ``"test"`` or ``"train"``: a fixed hash of the piece's name decides."""
-    bucket = int.from_bytes(hashlib.sha1(name.encode("utf-8")).digest()[:8], "big") % 100
+    """``"val"``, ``"test"`` or ``"train"``: a fixed hash of the piece's name decides."""
+    bucket = hash_bucket(name)
     if bucket < validation_percent:
-        return "validation"
+        return "val"
     return "test" if bucket < validation_percent + test_percent else "train"
 
 
 def is_validation_piece(name: str, validation_percent: int = 10) -> bool:
     """Whether a piece belongs to the validation split (a fixed hash of its name)."""
-    return piece_split(name, validation_percent, 0) == "validation"
+    return piece_split(name, validation_percent, 0) == "val"
 
 
 # ---------------------------------------------------------------------------- corpora
-def cache_root() -> Path:
-    """Root of the cache: ``$MULTIMODAL_CACHE`` if set, else ``~/.cache/multimodal``."""
-    return Path(os.environ.get("MULTIMODAL_CACHE") or Path.home() / ".cache" / "multimodal")
-
-
 def load_bach_chorales(
     limit: int | None = None, cache_dir: str | Path | None = None, num_workers: int | None = None
 ) -> MidiCorpus:
@@ -127,7 +122,7 @@ def load_bach_chorales(
     missing = [name for name in wanted if name not in cached and name not in failed]
     if missing:
         failed.update(_convert_chorales(missing, cache / "midi", num_workers))
-        _atomic_write_text(failed_path, json.dumps(failed, indent=2, sort_keys=True))
+        atomic_write_text(failed_path, json.dumps(failed, indent=2, sort_keys=True))
         for name in missing:
             if name not in failed:
                 cached[name] = notes_from_midi(cache / "midi" / f"{name}.mid")
@@ -247,8 +242,13 @@ class MidiWindowDataset(Dataset):
     the corpus is seen equally often), augmented, encoded as ``[BOS] + events + [EOS]``, and a
     window starting at a uniformly random position is cut from it; a piece shorter than the
     window is padded on the right with ``pad_id``. The model side uses ``ids[:-1]`` as input and
-    ``ids[1:]`` as target. Randomness comes from torch's generator, so ``torch.manual_seed``
-    makes it reproducible and every DataLoader worker draws differently.
+    ``ids[1:]`` as target.
+
+    With an integer ``seed``, item ``i`` is a pure function of ``(seed, epoch, i)``: the same on
+    every run and in every process, so a distributed sampler that gives each process its own
+    indices gives it its own windows, and a resumed run draws what the interrupted one would have.
+    :meth:`set_epoch` (the tasks call it at each epoch start) draws a new set. With ``seed=None``
+    the draws come from torch's global generator.
 
     Args:
         corpus: The (training) pieces.
@@ -257,6 +257,7 @@ class MidiWindowDataset(Dataset):
         epoch_length: Number of items in one epoch.
         augmentation: Applied to each drawn piece: by default a transposition within ±3
             semitones and a time stretch by 0.95–1.05 (:class:`MidiAugmentation`); ``None`` for none.
+        seed: Makes the draws a function of ``(seed, epoch, index)``; None: torch's global generator.
     """
 
     def __init__(
@@ -266,13 +267,19 @@ class MidiWindowDataset(Dataset):
         seq_len: int,
         epoch_length: int = 10_000,
         augmentation: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = DEFAULT_AUGMENTATION,
+        seed: int | None = None,
     ) -> None:
         if len(corpus) == 0:
             raise ValueError("the corpus holds no piece; check the split and the limit")
         self.corpus, self.tokenizer, self.seq_len = corpus, tokenizer, seq_len
         self.epoch_length, self.augmentation = epoch_length, augmentation
+        self.seed, self.epoch = seed, 0
         sizes = np.array([max(len(notes), 1) for notes in corpus.notes], dtype=np.float64)
         self.piece_weights = torch.from_numpy(sizes / sizes.sum())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the windows of another epoch (seeded data sets only)."""
+        self.epoch = epoch
 
     @property
     def vocab_size(self) -> int:
@@ -291,9 +298,12 @@ class MidiWindowDataset(Dataset):
         """Returns int64 ids ``(seq_len + 1,)``; ``index`` only counts the epoch."""
         if not 0 <= index < self.epoch_length:
             raise IndexError(f"index {index} outside the epoch of {self.epoch_length} windows")
-        seed = int(torch.randint(0, 2**62, ()).item())
-        rng = np.random.default_rng(seed)
-        piece = int(torch.multinomial(self.piece_weights, 1).item())
+        if self.seed is None:
+            rng = np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+            piece = int(torch.multinomial(self.piece_weights, 1).item())
+        else:
+            rng = np.random.default_rng([self.seed, self.epoch, index])
+            piece = int(rng.choice(len(self.piece_weights), p=self.piece_weights.numpy()))
         notes = self.corpus.notes[piece]
         if self.augmentation is not None:
             notes = self.augmentation(notes, rng)
@@ -380,7 +390,7 @@ def _chorale_names(cache: Path) -> list[str]:
     from music21 import corpus
 
     names = sorted({Path(name).name for name in corpus.chorales.Iterator(returnType="filename")})
-    _atomic_write_text(path, json.dumps(names, indent=0))
+    atomic_write_text(path, json.dumps(names, indent=0))
     return names
 
 
@@ -388,11 +398,13 @@ def _convert_chorales(names: list[str], folder: Path, num_workers: int | None) -
     """Writes ``folder/<name>.mid`` for each name not yet there; returns ``{name: error}`` of failures."""
     todo = [name for name in names if not (folder / f"{name}.mid").exists()]
     num_workers = min(num_workers or os.cpu_count() or 1, len(todo))
+    progress = {"total": len(todo), "desc": "converting Bach chorales (once)", "unit": "chorale",
+                "disable": len(todo) < 20}  # fmt: skip
     if num_workers <= 1 or len(todo) < 4:
-        results = [_convert_chorale(name, folder) for name in todo]
+        results = [_convert_chorale(name, folder) for name in tqdm(todo, **progress)]
     else:
         with ProcessPoolExecutor(num_workers, mp_context=get_context("fork")) as pool:
-            results = list(pool.map(_convert_chorale, todo, [folder] * len(todo), chunksize=4))
+            results = list(tqdm(pool.map(_convert_chorale, todo, [folder] * len(todo), chunksize=4), **progress))
     return {name: error for name, error in zip(todo, results, strict=True) if error is not None}
 
 
@@ -427,11 +439,4 @@ def _write_notes_cache(path: Path, pieces: dict[str, np.ndarray]) -> None:
     notes = np.concatenate([pieces[name] for name in names]) if names else np.empty((0, 4))
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz.tmp", delete=False) as handle:
         np.savez(handle, names=np.array(names), offsets=np.r_[0, np.cumsum(sizes)], notes=notes)
-    Path(handle.name).replace(path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Writes a text file through a temporary file and a rename."""
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        handle.write(text)
     Path(handle.name).replace(path)

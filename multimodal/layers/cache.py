@@ -6,7 +6,6 @@ costs one query against ``t + 1`` keys instead of a full forward over ``t + 1`` 
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 
@@ -96,12 +95,3 @@ class DecodingState:
                 cache.values = cache.values.index_select(0, index)
         self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
                       for kv in self.cross]  # fmt: skip
-
-    @torch.no_grad()
-    def memory_bytes(self) -> int:
-        """Bytes held by the cached keys and values."""
-        total = 0
-        for cache in self.layers:
-            if cache.keys is not None:
-                total += cache.keys.nbytes + cache.values.nbytes
-        return total

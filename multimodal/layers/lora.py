@@ -232,7 +232,7 @@ def merge_lora(model: nn.Module) -> nn.Module:
     """Replaces every :class:`LoRALinear` in ``model`` by a plain merged ``nn.Linear``, in place.
 
     The state dict then has the pretrained names and shapes only (no ``lora_*`` entries): what
-    :func:`multimodal.convert.blocks.export_blocks` writes and any model without LoRA loads.
+    :func:`multimodal.convert.export.export_blocks` writes and any model without LoRA loads.
 
     Returns:
         ``model``.

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multimodal.layers.relative_flex import flex_relative_attention
+from multimodal.layers.relative_flex import FLEX_BAND_MAX_BYTES, band_bytes, flex_relative_attention
 
 Backend = Literal["auto", "skew", "flex"]
 
@@ -105,8 +105,8 @@ def relative_attention(
             transient memory ``batch * heads * block_size * k_len``.
         backend: ``"skew"``: this module's query-blocked kernel (any device, O(L·d) memory).
             ``"flex"``: one fused FlexAttention kernel (:mod:`multimodal.layers.relative_flex`;
-            backward on CUDA only; no dropout). ``"auto"``: flex for CUDA tensors without dropout,
-            skew otherwise.
+            backward on CUDA only; no dropout). ``"auto"``: flex for CUDA tensors without dropout
+            whose band fits :data:`~multimodal.layers.relative_flex.FLEX_BAND_MAX_BYTES`, skew otherwise.
 
     Returns:
         ``(batch, heads, q_len, head_dim)``.
@@ -118,7 +118,8 @@ def relative_attention(
         raise ValueError(f"backend must be 'auto', 'skew' or 'flex', got {backend!r}")
     if backend == "flex" and dropout_p > 0:
         raise ValueError("FlexAttention has no attention dropout: use backend='skew' or attention_dropout=0")
-    if backend == "flex" or (backend == "auto" and q.is_cuda and dropout_p == 0):
+    fits = band_bytes(q, embedding.weight.shape[1]) <= FLEX_BAND_MAX_BYTES
+    if backend == "flex" or (backend == "auto" and q.is_cuda and dropout_p == 0 and fits):
         return flex_relative_attention(
             q, k, v, embedding.weight, embedding.max_distance, causal=causal, query_offset=query_offset,
             key_padding_mask=key_padding_mask,

@@ -8,12 +8,13 @@ through the tensors the ``score_mod`` reads.
 
 The relative term ``q_i · E[clip(j - i)]`` cannot be computed inside a ``score_mod`` (it sees one
 scalar score, not the query vector), so it comes in as a captured tensor: the *band*
-``(q / sqrt(d)) @ E_wᵀ`` of shape ``(batch, heads, q_len, w)``, one column per distance the
-sequence can reach (``w <= min(num_distances, q_len + k_len - 1)``), and the ``score_mod`` adds
-``band[b, h, i, column(j - i)]`` to each score. That is the Music Transformer's ``Q Eᵀ`` without
-the skew: the index arithmetic replaces it. Memory is ``batch · heads · q_len · w`` — linear in
-the sequence for clipped distances (``w <= 2·max_distance + 1``), quadratic when every distance
-has its own embedding, where the skewed kernel's O(L·d) stays available (``backend="skew"``).
+``(q / sqrt(d)) @ Eᵀ`` of shape ``(batch, heads, q_len, n)``, one column per row of the distance
+table (``n = max_distance + 1`` causal, ``2·max_distance + 1`` bidirectional), and the
+``score_mod`` adds ``band[b, h, i, row(j - i)]`` to each score. That is the Music Transformer's
+``Q Eᵀ`` without the skew: the index arithmetic replaces it. Memory is ``batch · heads · q_len · n``
+— linear in the sequence for clipped distances, quadratic when every distance of the trained
+length has its own embedding; there :func:`~multimodal.layers.relative.relative_attention` falls
+back to the skewed kernel's O(L·d) above :data:`FLEX_BAND_MAX_BYTES`.
 
 Causal masking is a block mask, so the upper triangle's blocks are never computed; padded keys
 are masked by a ``mask_mod`` reading the ``(batch, k_len)`` padding mask. Dropout is not
@@ -34,6 +35,14 @@ import warnings
 import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+FLEX_BAND_MAX_BYTES = 2 * 2**30
+"""Largest band ``relative_attention(backend="auto")`` gives FlexAttention (its gradient doubles it)."""
+
+
+def band_bytes(q: Tensor, num_distances: int) -> int:
+    """Bytes of the band ``(batch, heads, q_len, num_distances)`` in ``q``'s dtype."""
+    return q.shape[0] * q.shape[1] * q.shape[2] * num_distances * q.element_size()
 
 
 def flex_relative_attention(
@@ -62,17 +71,16 @@ def flex_relative_attention(
     """
     q_len, k_len = q.shape[-2], k.shape[-2]
     upper = 0 if causal else max_distance
-    # The distances this call can meet, (first key - last query) .. (last key - first query),
-    # clipped to the table: the band holds one column per distance in [lowest, highest].
-    lowest = max(-(query_offset + q_len - 1), -max_distance)
-    highest = min(k_len - 1 - query_offset, upper)
-    highest = max(highest, lowest)
-    rows = table[:, lowest + max_distance : highest + max_distance + 1]  # (h, w, d)
-    band = (q * (1.0 / math.sqrt(q.shape[-1]))) @ rows.to(q.dtype).transpose(-1, -2)  # (b, h, q, w)
+    if table.shape[1] != max_distance + upper + 1:
+        raise ValueError(f"table of {table.shape[1]} distances for max_distance={max_distance}, causal={causal}")
+    # One band column per table row: the kernel's code then depends on the table alone, not on the
+    # lengths or the offset of a call, so prompts of every length reuse one compiled kernel.
+    band = (q * (1.0 / math.sqrt(q.shape[-1]))) @ table.to(q.dtype).transpose(-1, -2)  # (b, h, q, n)
+    offset = torch.tensor(query_offset, device=q.device)  # a tensor, not a constant baked into the kernel
 
     def add_relative(score, batch, head, query, key):
-        distance = (key - query - query_offset).clamp(lowest, highest)
-        return score + band[batch, head, query, distance - lowest]
+        row = (key - query - offset).clamp(-max_distance, upper) + max_distance
+        return score + band[batch, head, query, row]
 
     block_mask = _block_mask(q_len, k_len, causal, query_offset, key_padding_mask, q.device)
     attention = _compiled_flex() if q.is_cuda else _eager_flex

@@ -7,8 +7,9 @@ run's config file is the whole truth about its model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from multimodal.layers.config import AttentionPattern, PositionScheme, TransformerConfig
 
@@ -21,8 +22,28 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class CausalLMConfig(TransformerConfig):
-    """A decoder-only language model over token ids (text, MIDI events, pixels).
+class Presets:
+    """Named starting points of a config family: ``Config.from_preset(name, **overrides)``.
+
+    A family lists its presets in the class attribute ``presets`` (name -> field values); a preset
+    is a dict of fields, and ``overrides`` replace any of them, so the result is
+    ``cls(**{**presets[name], **overrides})`` for every family alike.
+    """
+
+    presets: ClassVar[dict[str, dict[str, Any]]] = PRESETS
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any):
+        """The preset ``name`` with ``overrides`` applied (``Config.presets`` lists the names)."""
+        if name not in cls.presets:
+            family = cls.__name__.removesuffix("Config")
+            raise ValueError(f"unknown {family} preset {name!r}; choose one of {sorted(cls.presets)}")
+        return cls(**{**cls.presets[name], **overrides})
+
+
+@dataclass
+class CausalLMConfig(Presets, TransformerConfig):
+    """A decoder-only language model over token ids (text, MIDI events); presets ``tiny``, ``small``, ``base``.
 
     Attributes:
         vocab_size: Number of token ids; linked from the data module in the Lightning tasks.
@@ -31,17 +52,6 @@ class CausalLMConfig(TransformerConfig):
 
     vocab_size: int = 256
     tie_embeddings: bool = True
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> CausalLMConfig:
-        """The preset ``name`` (``tiny``, ``small``, ``base``) with ``overrides`` applied."""
-        return replace(cls(**_preset(name)), **overrides)
-
-
-def _preset(name: str) -> dict[str, Any]:
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    return dict(PRESETS[name])
 
 
 # The standard ViT sizes (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti and S), plus "micro"
@@ -55,8 +65,11 @@ VIT_PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class ViTConfig(TransformerConfig):
+class ViTConfig(Presets, TransformerConfig):
     """A Vision Transformer classifier over non-overlapping patches (bidirectional encoder).
+
+    Presets (:data:`VIT_PRESETS`) ``tiny``/``small``/``base`` are ViT-Ti/S/B: 192/384/768 wide, 12
+    layers, 3/6/12 heads, MLP ratio 4; ``micro`` (64 wide, 2 layers) is for tests and quick runs.
 
     The encoder fields keep their meaning; ViT changes some defaults (no dropout, LayerNorm eps
     ``1e-6`` as timm, learned absolute positions) and *derives* two of them from the image:
@@ -114,21 +127,14 @@ class ViTConfig(TransformerConfig):
         """Values in one flattened patch, ``patch_size**2 * channels``."""
         return self.patch_size * self.patch_size * self.channels
 
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> ViTConfig:
-        """The ViT size ``name`` (``micro``, ``tiny``, ``small``, ``base``) with ``overrides`` applied.
-
-        ``tiny``/``small``/``base`` are ViT-Ti/S/B: 192/384/768 wide, 12 layers, 3/6/12 heads, MLP
-        ratio 4. ``micro`` (64 wide, 2 layers) is for tests and quick runs.
-        """
-        if name not in VIT_PRESETS:
-            raise ValueError(f"unknown ViT preset {name!r}; choose one of {sorted(VIT_PRESETS)}")
-        return cls(**{**VIT_PRESETS[name], **overrides})
+    presets: ClassVar[dict[str, dict[str, Any]]] = VIT_PRESETS
 
 
 @dataclass
-class ImageTransformerConfig(TransformerConfig):
+class ImageTransformerConfig(Presets, TransformerConfig):
     """An autoregressive Image Transformer over raster pixel tokens (Parmar et al. 2018).
+
+    Presets (:data:`IMAGE_PRESETS`): ``tiny`` for tests, ``small`` (the digits config's model).
 
     Tokens are the intensity ids of :class:`~multimodal.tokenizers.image.PixelTokenizer` (channels
     of a pixel interleaved). The decoder fields keep their meaning; two are *derived*:
@@ -147,6 +153,8 @@ class ImageTransformerConfig(TransformerConfig):
         pixel_positions: ``"absolute"``: learned row, column and channel embeddings added to the
             input (Parmar et al.); ``"none"``: rely on ``position="relative"`` alone.
     """
+
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}  # filled below the class (IMAGE_PRESETS)
 
     dropout: float = 0.1
     position: PositionScheme = "none"
@@ -183,67 +191,41 @@ class ImageTransformerConfig(TransformerConfig):
 
 
 @dataclass
-class SuperResolutionConfig(TransformerConfig):
-    """Super-resolution over low-resolution patches; the encoder fields describe the shared ``Encoder``.
-
-    Two methods share the encoder (low-resolution patches → ``Encoder``):
-
-    - ``"regression"``: a pixel-shuffle head predicts every high-resolution pixel of a patch at once
-      (plus the bicubic upsampling when ``residual``); trained with L1.
-    - ``"autoregressive"``: a conditional Image Transformer. A ``Decoder`` with cross-attention to
-      the encoder generates the high-resolution intensity tokens in raster order; each position
-      also gets its encoder feature, the bicubic estimate of its value, and learned row, column and
-      channel embeddings. Trained with cross-entropy; sampled with a temperature.
+class PatchEncoderConfig(Presets, TransformerConfig):
+    """The low-resolution side of super-resolution: patches of a (stem-filtered) image into an ``Encoder``.
 
     By default the encoder uses ``local2d`` attention with relative (row, column) positions on the
     patch grid: it is translation-equivariant and accepts any image size, which is what makes tiled
     upscaling seamless. The grid width is set from each input.
 
     Attributes:
-        method: ``"regression"`` or ``"autoregressive"``.
         scale: Upscaling factor (2 or 4); linked from the data module.
         channels: Channels per pixel (1 or 3); linked from the data module.
-        crop_size: High-resolution training crop side; linked from the data module. The
-            autoregressive decoder's row/column tables cover it, so its tiles are at most this big.
+        crop_size: High-resolution training crop side; linked from the data module.
         patch_size: Low-resolution pixels per token side.
         stem_channels: Features per low-resolution pixel made by a 3×3 convolution before the
-            patches are cut (and, in the regression model, a 3×3 convolution of them before the pixel
-            shuffle); 0 reads raw pixels into the patches and uses a linear head.
-        residual: Regression: predict the difference to the bicubic upsampling.
-        num_levels: Autoregressive: intensity levels per channel.
-        decoder_layers: Autoregressive: blocks of the decoder (same width and heads as the encoder).
-        decoder_query_shape: Autoregressive: ``local2d`` query block on the high-resolution raster
-            grid (``crop_size * channels`` tokens wide).
-        decoder_memory_shape: Autoregressive: ``local2d`` memory extension of the decoder.
+            patches are cut; 0 reads raw pixels into the patches.
     """
+
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}  # filled below (SUPER_RESOLUTION_PRESETS)
 
     dropout: float = 0.0
     position: PositionScheme = "relative"
     attention: AttentionPattern = "local2d"
     local_query_shape: tuple[int, int] = (4, 4)
     local_memory_shape: tuple[int, int] = (4, 4)
-    method: Literal["regression", "autoregressive"] = "regression"
     scale: int = 2
     channels: int = 3
     crop_size: int = 48
     patch_size: int = 1
     stem_channels: int = 32
-    residual: bool = True
-    num_levels: int = 256
-    decoder_layers: int = 2
-    decoder_query_shape: tuple[int, int] = (2, 24)
-    decoder_memory_shape: tuple[int, int] = (2, 12)
 
     def __post_init__(self) -> None:
-        if self.method not in ("regression", "autoregressive"):
-            raise ValueError(f"method must be 'regression' or 'autoregressive', got {self.method!r}")
         if self.scale < 1 or self.patch_size < 1 or self.crop_size % (self.scale * self.patch_size):
             raise ValueError(
                 f"crop_size={self.crop_size} must be a multiple of scale * patch_size = "
                 f"{self.scale} * {self.patch_size}; pick the data module's crop_size accordingly"
             )
-        self.decoder_query_shape = tuple(int(size) for size in self.decoder_query_shape)
-        self.decoder_memory_shape = tuple(int(size) for size in self.decoder_memory_shape)
         if self.stem_channels < 0:
             raise ValueError(
                 f"stem_channels must be >= 0 (0: no convolutional stem), got {self.stem_channels}"
@@ -255,3 +237,73 @@ class SuperResolutionConfig(TransformerConfig):
     def feature_channels(self) -> int:
         """Values per low-resolution pixel that go into the patches: ``stem_channels`` or ``channels``."""
         return self.stem_channels or self.channels
+
+
+@dataclass
+class SuperResolutionConfig(PatchEncoderConfig):
+    """Regression super-resolution: a pixel-shuffle head predicts every high-resolution pixel at once.
+
+    With a stem, the encoder output is mapped back to per-pixel features, added to the stem's, and
+    a 3×3 convolution + pixel shuffle makes the ``scale²`` pixels of each low-resolution pixel;
+    without one, a linear head turns each token into the ``(patch_size * scale)²`` pixels it covers.
+    Trained with L1. (:class:`ConditionalSuperResolutionConfig` is the autoregressive model.)
+
+    Attributes:
+        residual: Predict the difference to the bicubic upsampling.
+    """
+
+    residual: bool = True
+
+
+@dataclass
+class ConditionalSuperResolutionConfig(PatchEncoderConfig):
+    """Autoregressive super-resolution: a conditional Image Transformer over high-resolution tokens.
+
+    A ``Decoder`` with cross-attention to the encoder generates the high-resolution intensity tokens
+    in raster order; each position also gets its encoder feature, the bicubic estimate of its value,
+    and learned row, column and channel embeddings. Trained with cross-entropy; sampled with a
+    temperature. Its row/column tables cover ``crop_size``, so its tiles are at most that big.
+
+    Attributes:
+        num_levels: Intensity levels per channel.
+        decoder_layers: Blocks of the decoder (same width and heads as the encoder).
+        decoder_query_shape: ``local2d`` query block on the high-resolution raster grid
+            (``crop_size * channels`` tokens wide).
+        decoder_memory_shape: ``local2d`` memory extension of the decoder.
+    """
+
+    num_levels: int = 256
+    decoder_layers: int = 2
+    decoder_query_shape: tuple[int, int] = (2, 24)
+    decoder_memory_shape: tuple[int, int] = (2, 12)
+
+    def __post_init__(self) -> None:
+        self.decoder_query_shape = tuple(int(size) for size in self.decoder_query_shape)
+        self.decoder_memory_shape = tuple(int(size) for size in self.decoder_memory_shape)
+        super().__post_init__()
+
+
+IMAGE_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(dim=16, num_layers=1, num_heads=2, ff_dim=32, dropout=0.0),
+    "small": dict(dim=128, num_layers=4, num_heads=4, ff_dim=512, dropout=0.2, position="relative",
+                  local_query_shape=(2, 8), local_memory_shape=(3, 4)),
+}
+"""Image Transformer sizes; ``small`` is the model of ``configs/image_generation.yaml``."""
+ImageTransformerConfig.presets = IMAGE_PRESETS
+
+SUPER_RESOLUTION_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(dim=16, num_layers=1, num_heads=2, ff_dim=32, local_query_shape=(2, 2), local_memory_shape=(1, 1)),
+    "small": dict(dim=64, num_layers=4, num_heads=4, ff_dim=128, local_memory_shape=(2, 2), patch_size=2),
+}
+"""Super-resolution encoder sizes; ``small`` is the model of ``configs/super_resolution.yaml``."""
+PatchEncoderConfig.presets = SUPER_RESOLUTION_PRESETS
+
+
+def legacy_super_resolution_config(fields: dict[str, Any]) -> SuperResolutionConfig | ConditionalSuperResolutionConfig:
+    """The config saved by a checkpoint from before regression and autoregressive super-resolution
+    had a config each: one dict with ``method`` and the fields of both; the other model's are dropped."""
+    fields = dict(fields)
+    method = fields.pop("method")
+    config_class = ConditionalSuperResolutionConfig if method == "autoregressive" else SuperResolutionConfig
+    known = {field.name for field in dataclasses.fields(config_class)}
+    return config_class(**{key: value for key, value in fields.items() if key in known})

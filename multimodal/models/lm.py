@@ -1,4 +1,4 @@
-"""Decoder-only language model used for text, MIDI events and raster pixels."""
+"""Decoder-only language model used for text and MIDI events."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class CausalLM(nn.Module):
         reduction: str = "mean",
         chunked: bool | None = None,
     ) -> Tensor:
-        """Cross-entropy of the next-token logits against ``targets``, by default without making the logits.
+        """Cross-entropy of the next-token logits against ``targets``; on a CPU without making the logits.
 
         The same value and gradients as ``F.cross_entropy(forward(tokens).flatten(0, 1),
         targets.flatten())``. Chunked (for a plain bias-free ``nn.Linear`` head), it is computed by

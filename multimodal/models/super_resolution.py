@@ -30,7 +30,11 @@ from torch import Tensor, nn
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.local import set_grid_width
 from multimodal.layers.stack import Decoder, Encoder
-from multimodal.models.config import SuperResolutionConfig
+from multimodal.models.config import (
+    ConditionalSuperResolutionConfig,
+    PatchEncoderConfig,
+    SuperResolutionConfig,
+)
 from multimodal.models.image_transformer import PixelPositionEmbedding
 from multimodal.models.init import init_weights
 from multimodal.tokenizers.image import patchify, pixels_to_tokens, unpatchify
@@ -59,7 +63,7 @@ class PatchEncoder(nn.Module):
         config: Encoder options, ``patch_size`` and ``channels``.
     """
 
-    def __init__(self, config: SuperResolutionConfig) -> None:
+    def __init__(self, config: PatchEncoderConfig) -> None:
         super().__init__()
         self.patch_size, self.channels = config.patch_size, config.channels
         self.stem = (
@@ -101,7 +105,7 @@ class SuperResolutionRegressor(nn.Module):
     model returns exactly the bicubic upsampling.
 
     Args:
-        config: ``method="regression"`` options.
+        config: Encoder and head options.
     """
 
     def __init__(self, config: SuperResolutionConfig) -> None:
@@ -166,10 +170,10 @@ class ConditionalImageTransformer(nn.Module):
     image, then :meth:`forward` for teacher forcing or step by step with a decoding state.
 
     Args:
-        config: ``method="autoregressive"`` options.
+        config: Encoder and decoder options.
     """
 
-    def __init__(self, config: SuperResolutionConfig) -> None:
+    def __init__(self, config: ConditionalSuperResolutionConfig) -> None:
         super().__init__()
         self.config = config
         self.encoder = PatchEncoder(config)
@@ -253,12 +257,12 @@ class ConditionalImageTransformer(nn.Module):
 
 
 def build_super_resolution(
-    config: SuperResolutionConfig,
+    config: SuperResolutionConfig | ConditionalSuperResolutionConfig,
 ) -> SuperResolutionRegressor | ConditionalImageTransformer:
-    """The model ``config.method`` names."""
-    if config.method == "regression":
-        return SuperResolutionRegressor(config)
-    return ConditionalImageTransformer(config)
+    """The model of a config: the regressor, or the conditional Image Transformer."""
+    if isinstance(config, ConditionalSuperResolutionConfig):
+        return ConditionalImageTransformer(config)
+    return SuperResolutionRegressor(config)
 
 
 def _pad_to_multiple(images: Tensor, multiple: int) -> Tensor:
@@ -269,14 +273,14 @@ def _pad_to_multiple(images: Tensor, multiple: int) -> Tensor:
     return images
 
 
-def _alignment(config: SuperResolutionConfig) -> tuple[int, int]:
+def _alignment(config: PatchEncoderConfig) -> tuple[int, int]:
     if config.attention != "local2d":
         return config.patch_size, config.patch_size
     rows, cols = config.local_query_shape
     return rows * config.patch_size, cols * config.patch_size
 
 
-def _receptive_radius(config: SuperResolutionConfig) -> int:
+def _receptive_radius(config: PatchEncoderConfig) -> int:
     if config.attention != "local2d":
         return 2**31 - 1  # every token sees every other
     (rows, cols), (memory_rows, memory_cols) = config.local_query_shape, config.local_memory_shape

@@ -26,7 +26,6 @@ from einops import rearrange
 from PIL import Image
 
 __all__ = [
-    "PatchTokenizer",
     "PixelTokenizer",
     "patchify",
     "pixel_positions",
@@ -108,60 +107,6 @@ def unpatchify(
     return rearrange(
         patches, "... (h w) (p1 p2 c) -> ... c (h p1) (w p2)", h=rows, p1=patch_height, p2=patch_width
     )
-
-
-@dataclass(frozen=True)
-class PatchTokenizer:
-    """Images ⇄ patch vectors with a fixed patch size and channel count, saved as JSON.
-
-    Patches are continuous vectors, not ids, so this is not a :class:`Tokenizer`; it exists so that
-    a ViT or super-resolution model can save and reload how its inputs were cut.
-
-    Attributes:
-        patch_size: side of the square patches, in pixels.
-        channels: channels per pixel the images must have (1 greyscale, 3 RGB).
-    """
-
-    patch_size: int = 16
-    channels: int = 3
-
-    @property
-    def patch_dim(self) -> int:
-        """Length of one flattened patch: ``patch_size * patch_size * channels``."""
-        return self.patch_size * self.patch_size * self.channels
-
-    def num_patches(self, image_size: int | tuple[int, int]) -> int:
-        """Number of patches cut from an image of ``(height, width)``."""
-        height, width = _pair(image_size)
-        _check_divisible(height, width, self.patch_size, self.patch_size)
-        return (height // self.patch_size) * (width // self.patch_size)
-
-    def encode(self, images: torch.Tensor) -> torch.Tensor:
-        """``(batch, channels, height, width)`` or ``(channels, height, width)`` → patches."""
-        if images.shape[-3] != self.channels:
-            raise ValueError(
-                f"image has {images.shape[-3]} channel(s) but this PatchTokenizer expects "
-                f"{self.channels}; convert the image (e.g. PIL .convert('RGB') or 'L') first"
-            )
-        return patchify(images, self.patch_size)
-
-    def decode(self, patches: torch.Tensor, image_size: int | tuple[int, int]) -> torch.Tensor:
-        """Patches ``(batch, num_patches, patch_dim)`` → images ``(batch, channels, height, width)``."""
-        return unpatchify(patches, self.patch_size, image_size, self.channels)
-
-    def save(self, path: str | Path) -> None:
-        """Writes the configuration as one JSON file."""
-        _write_json(path, {"type": "PatchTokenizer", **asdict(self)})
-
-    @classmethod
-    def load(cls, path: str | Path) -> PatchTokenizer:
-        """Reads a tokenizer written by :meth:`save`."""
-        return cls(**_read_json(path, "PatchTokenizer"))
-
-
-# --------------------------------------------------------------------------------------------------
-# Raster pixel tokens
-# --------------------------------------------------------------------------------------------------
 
 
 def pixels_to_tokens(images: torch.Tensor, num_levels: int = 256) -> torch.Tensor:

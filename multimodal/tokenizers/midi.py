@@ -363,7 +363,16 @@ def notes_from_midi(midi: str | Path | pretty_midi.PrettyMIDI, include_drums: bo
         pedal of each instrument is applied with :func:`apply_sustain_pedal`.
     """
     if not isinstance(midi, pretty_midi.PrettyMIDI):
-        midi = pretty_midi.PrettyMIDI(str(midi))
+        path = Path(midi)
+        if path.is_dir():
+            raise IsADirectoryError(21, "a folder, not a MIDI file", str(path))
+        try:
+            midi = pretty_midi.PrettyMIDI(str(path))
+        except FileNotFoundError:
+            raise
+        except Exception as error:  # mido raises bare EOFError, OSError, KeyError, ... on broken files
+            detail = str(error).strip() or "the file ends early"
+            raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__}: {detail})") from error
     arrays = [np.empty((0, 4))]
     for instrument in midi.instruments:
         if instrument.is_drum and not include_drums:
@@ -378,7 +387,7 @@ def notes_from_midi(midi: str | Path | pretty_midi.PrettyMIDI, include_drums: bo
     return notes[np.lexsort((notes[:, 0], notes[:, 1]))]
 
 
-def apply_sustain_pedal(notes: np.ndarray, control_changes: list[pretty_midi.ControlChange]) -> np.ndarray:
+def apply_sustain_pedal(notes: np.ndarray, control_changes: list[pretty_midi.ControlChange] | np.ndarray) -> np.ndarray:
     """Lengthens notes released while the sustain pedal (CC64 >= 64) is down.
 
     Such a note lasts until the pedal comes up, or until the same pitch is struck again, whichever
@@ -387,12 +396,17 @@ def apply_sustain_pedal(notes: np.ndarray, control_changes: list[pretty_midi.Con
 
     Args:
         notes: ``(num_notes, 4)`` array ``[pitch, start_s, end_s, velocity]`` of one instrument.
-        control_changes: That instrument's control changes (other controllers are ignored).
+        control_changes: That instrument's control changes (other controllers are ignored): objects
+            with ``number``, ``value`` and ``time``, or an array ``(n, 3)`` of ``[time, number, value]``.
 
     Returns:
         A new ``(num_notes, 4)`` array with the same notes in the same order, ends extended.
     """
-    pedal = sorted((cc.time, cc.value) for cc in control_changes if cc.number == SUSTAIN_PEDAL_CC)
+    if isinstance(control_changes, np.ndarray):
+        rows = control_changes[control_changes[:, 1] == SUSTAIN_PEDAL_CC]
+        pedal = sorted(zip(rows[:, 0].tolist(), rows[:, 2].tolist(), strict=True))
+    else:
+        pedal = sorted((cc.time, cc.value) for cc in control_changes if cc.number == SUSTAIN_PEDAL_CC)
     if not pedal or len(notes) == 0:
         return notes.copy()
     last_time = max(notes[:, 2].max(), pedal[-1][0])
@@ -448,10 +462,17 @@ def _resolve_overlaps(
 
 
 def _as_id_array(ids: Any) -> np.ndarray:
-    """A list, array or (CPU or GPU) tensor of ids as a flat int64 numpy array."""
+    """A list, array or (CPU or GPU) tensor of integer ids as a flat int64 numpy array.
+
+    Raises:
+        ValueError: For ids that are not integers (floats, strings).
+    """
     if hasattr(ids, "detach"):
         ids = ids.detach().cpu()
-    return np.asarray(ids, dtype=np.int64).ravel()
+    array = np.asarray(ids)
+    if array.size and not (np.issubdtype(array.dtype, np.integer) or array.dtype == bool):
+        raise ValueError(f"token ids must be integers, got {array.dtype} values")
+    return array.astype(np.int64).ravel()
 
 
 def _notes_from_steps(notes: list[tuple[int, int, int, int]], time_step: float) -> np.ndarray:

@@ -12,9 +12,9 @@ note for the rest of the piece. Here a note is written where it starts, with its
 This is the time-shift / pitch / duration / velocity layout of MidiTok's TSD, in seconds rather
 than beats (MIDI files of performances have no reliable beat), and the (arrival time, duration,
 note) triples of the Anticipatory Music Transformer (Thickstun et al. 2023) with relative time.
-Durations take one of ``len(duration_steps)`` values: every step up to 1 s, 50 ms steps to 4 s,
-100 ms steps to ``max_duration_steps`` (8 s by default); a note is rounded to the nearest, longer
-ones are cut. Notes of one onset come in pitch order.
+Durations take one of the ``duration_steps`` values, counted in steps: every step up to 100, then
+every 5 to 400, then every 10 to ``max_duration_steps`` (800) — with the default 10 ms step, every
+10 ms to 1 s, 50 ms to 4 s, 100 ms to 8 s; a note is rounded to the nearest, longer ones are cut. Notes of one onset come in pitch order.
 
 Ids: ``PAD=0, BOS=1, EOS=2``, then ``num_time_shifts`` TIME_SHIFT, ``num_velocity_bins`` VELOCITY,
 128 PITCH and the DURATION ids (3 + 100 + 32 + 128 + 200 = 463 with the defaults).

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -251,8 +252,17 @@ class TextTokenizer:
 
         Returns:
             The text. Ids that cut a multi-byte character in half decode to U+FFFD.
+
+        Raises:
+            ValueError: For ids that are not integers or lie outside ``[0, vocab_size)``.
         """
-        return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+        values = ids.detach().cpu().tolist() if hasattr(ids, "detach") else list(ids)
+        if any(isinstance(value, float) or not isinstance(value, (int, np.integer)) for value in values):
+            raise ValueError("token ids must be integers")
+        if values and not 0 <= min(values) <= max(values) < self.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}) for this tokenizer, "
+                             f"got {min(values)}..{max(values)}; was the model built for another vocabulary?")  # fmt: skip
+        return self._tokenizer.decode([int(value) for value in values], skip_special_tokens=True)
 
     def id_to_token(self, token_id: int) -> str | None:
         """The token's text in the byte-to-unicode alphabet (``"Ġ"`` is a space), or None."""

@@ -5,9 +5,10 @@ Each wraps the plain torch data sets of ``multimodal.data``. Late-bound sizes (`
 link them into the task before anything is loaded.
 """
 
-from tasks.datamodules.images import ImageClassificationDataModule
+from tasks.datamodules.image_classification import ImageClassificationDataModule
+from tasks.datamodules.image_generation import ImageGenerationDataModule
 from tasks.datamodules.music import MusicDataModule
-from tasks.datamodules.pixels import PixelDataModule, SuperResolutionDataModule
+from tasks.datamodules.super_resolution import SuperResolutionDataModule
 from tasks.datamodules.text import TextDataModule
 
-__all__ = ["ImageClassificationDataModule", "MusicDataModule", "PixelDataModule", "SuperResolutionDataModule", "TextDataModule"]
+__all__ = ["ImageClassificationDataModule", "ImageGenerationDataModule", "MusicDataModule", "SuperResolutionDataModule", "TextDataModule"]

@@ -7,16 +7,18 @@ from typing import Literal
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
+from multimodal.data.midi_cache import MidiCache, ingest_midi
 from multimodal.data.music import (
     MidiAugmentation,
     MidiCorpus,
     MidiPieceWindows,
     MidiWindowDataset,
     load_bach_chorales,
-    load_midi_folder,
 )
 from multimodal.tokenizers.midi import MidiTokenizer, MidiTokenizerConfig
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+from tasks.datamodules.checks import check_options, check_percents
+from tasks.datamodules.sampling import evaluation_sampler
 
 VOCABULARIES = {
     "performance": (MidiTokenizer, MidiTokenizerConfig),
@@ -31,7 +33,9 @@ class MusicDataModule(pl.LightningDataModule):
     every token of every held-out piece once (see :mod:`multimodal.data.music` for the split).
 
     Args:
-        midi_dir: A folder of ``.mid``/``.midi`` files (searched recursively); None for the chorales.
+        midi_dir: A folder of ``.mid``/``.midi`` files (searched recursively), parsed once into a
+            memory-mapped note cache (:mod:`multimodal.data.midi_cache`; later runs parse only new or
+            changed files); None for the chorales.
         limit: Use only the first ``limit`` chorales (quick runs); ignored with ``midi_dir``.
         seq_len: Model positions per window.
         batch_size: Windows per batch.
@@ -47,7 +51,10 @@ class MusicDataModule(pl.LightningDataModule):
         time_step: Tokenizer resolution in seconds.
         num_time_shifts: TIME_SHIFT events (longest shift = ``num_time_shifts * time_step``).
         num_velocity_bins: VELOCITY events.
+        max_duration_steps: ``vocabulary="duration"``: the longest note in steps (longer ones are cut).
         num_workers: DataLoader worker processes.
+        seed: Training windows are a function of ``(seed, epoch, index)`` (each process of a
+            distributed run its own, a resumed run the same as an uninterrupted one).
     """
 
     def __init__(
@@ -65,19 +72,31 @@ class MusicDataModule(pl.LightningDataModule):
         time_step: float = 0.01,
         num_time_shifts: int = 100,
         num_velocity_bins: int = 32,
+        max_duration_steps: int = 800,
         num_workers: int = 0,
+        seed: int = 0,
     ) -> None:
         super().__init__()
+        check_options({"seq_len": 1, "batch_size": 1, "epoch_length": 1, "limit": 1, "num_workers": 0,
+                       "max_transpose": 0, "num_time_shifts": 1, "num_velocity_bins": 1, "max_duration_steps": 1},
+                      seq_len=seq_len, batch_size=batch_size, epoch_length=epoch_length, limit=limit,
+                      num_workers=num_workers, max_transpose=max_transpose, num_time_shifts=num_time_shifts,
+                      num_velocity_bins=num_velocity_bins, max_duration_steps=max_duration_steps)  # fmt: skip
+        check_percents(validation_percent=validation_percent, test_percent=test_percent)
+        if not 0 < stretch_range[0] <= stretch_range[1]:
+            raise ValueError(f"stretch_range={list(stretch_range)}: must be [low, high] with 0 < low <= high")
         self.save_hyperparameters()  # kept in checkpoints: `multimodal sample-stats` finds the held-out pieces
         self.midi_dir, self.limit, self.seq_len, self.batch_size = midi_dir, limit, seq_len, batch_size
         self.epoch_length, self.validation_percent, self.num_workers = epoch_length, validation_percent, num_workers
-        self.test_percent = test_percent
+        self.test_percent, self.seed = test_percent, seed
         self.augmentation = MidiAugmentation(max_transpose, tuple(stretch_range))
         if vocabulary not in VOCABULARIES:
             raise ValueError(f"vocabulary must be one of {sorted(VOCABULARIES)}, got {vocabulary!r}")
         tokenizer_class, config_class = VOCABULARIES[vocabulary]
-        self.tokenizer = tokenizer_class(config_class(time_step, num_time_shifts, num_velocity_bins))
+        extra = {"max_duration_steps": max_duration_steps} if vocabulary == "duration" else {}
+        self.tokenizer = tokenizer_class(config_class(time_step, num_time_shifts, num_velocity_bins, **extra))
         self.corpus: MidiCorpus | None = None
+        self._totals: dict[str, dict[str, float]] = {}
 
     @property
     def vocab_size(self) -> int:
@@ -90,34 +109,51 @@ class MusicDataModule(pl.LightningDataModule):
         return self.tokenizer.pad_id
 
     def prepare_data(self) -> None:
-        """Converts and caches the chorales once (about 80 s on 2 cores the first time)."""
+        """Converts and caches the chorales, or ingests ``midi_dir``, once (one process of a distributed run)."""
         if self.midi_dir is None:
             load_bach_chorales(limit=self.limit)
+        else:
+            ingest_midi(self.midi_dir, progress=False)
 
     def setup(self, stage: str | None = None) -> None:
         if self.corpus is None:
-            self.corpus = load_midi_folder(self.midi_dir) if self.midi_dir else load_bach_chorales(limit=self.limit)
+            self.corpus = midi_folder_corpus(self.midi_dir) if self.midi_dir else load_bach_chorales(limit=self.limit)
 
     def split(self, name: str) -> MidiCorpus:
-        """The ``"train"``, ``"validation"`` or ``"test"`` pieces."""
+        """The ``"train"``, ``"val"`` or ``"test"`` pieces."""
         self.setup()
         return self.corpus.split(name, self.validation_percent, self.test_percent)
 
     def train_dataloader(self) -> DataLoader:
         data = MidiWindowDataset(self.split("train"), self.tokenizer, self.seq_len, self.epoch_length,
-                                 self.augmentation)  # fmt: skip
-        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)  # fmt: skip
+                                 self.augmentation, seed=self.seed)  # fmt: skip
+        # Workers are not kept between epochs: each epoch's workers copy the data set after its
+        # set_epoch, so they draw that epoch's windows.
+        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        data = MidiPieceWindows(self.split("validation"), self.tokenizer, self.seq_len)
-        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
+        return self._evaluation_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        data = MidiPieceWindows(self.split("test"), self.tokenizer, self.seq_len)
-        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
+        return self._evaluation_loader("test")
 
-    def evaluation_totals(self, split: str = "validation") -> dict[str, float]:
-        """Targets, notes and seconds of music of the ``"validation"`` or ``"test"`` pieces."""
+    def _evaluation_loader(self, split: str) -> DataLoader:
         data = MidiPieceWindows(self.split(split), self.tokenizer, self.seq_len)
-        return {"targets": data.num_targets, "notes": data.num_notes, "seconds": data.seconds}
+        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers,
+                          sampler=evaluation_sampler(data))  # fmt: skip
+
+    def evaluation_totals(self, split: str = "val") -> dict[str, float]:
+        """Targets, notes and seconds of music of the ``"val"`` or ``"test"`` pieces (counted once)."""
+        if split not in self._totals:
+            data = MidiPieceWindows(self.split(split), self.tokenizer, self.seq_len)
+            self._totals[split] = {"targets": data.num_targets, "notes": data.num_notes, "seconds": data.seconds}
+        return self._totals[split]
+
+
+def midi_folder_corpus(folder: str) -> MidiCorpus:
+    """A folder's pieces through the ingested note cache (parsed once; only new files after that)."""
+    report = ingest_midi(folder, progress=False)
+    corpus = MidiCache(report.cache).corpus()
+    if not corpus.names:
+        raise FileNotFoundError(f"{folder}: no usable MIDI file ({len(report.skipped)} skipped, {report.files} found)")
+    return corpus

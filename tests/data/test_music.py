@@ -72,7 +72,7 @@ def test_chorales_are_converted_once_and_then_load_from_the_cache_fast(chorale_c
     assert corpus.names == FIRST_CHORALES and corpus.num_skipped == 0
     reference = pretty_midi.PrettyMIDI(str(chorale_cache / "midi" / "bwv10.7.mid"))
     assert len(corpus.notes[0]) == sum(len(i.notes) for i in reference.instruments)
-    assert corpus.split("validation").names == ["bwv10.7", "bwv11.6"]
+    assert corpus.split("val").names == ["bwv10.7", "bwv11.6"]
 
 
 def test_interrupted_conversion_resumes_with_only_the_missing_chorale(chorale_cache):
@@ -140,15 +140,15 @@ def test_folder_without_usable_midi_raises_saying_what_was_searched(tmp_path):
 def test_split_is_by_piece_disjoint_complete_and_follows_the_documented_hash():
     names = [f"piece{i:03d}.mid" for i in range(300)]
     corpus = MidiCorpus(names, [np.zeros((0, 4))] * len(names))
-    train, validation, test = corpus.split("train"), corpus.split("validation"), corpus.split("test")
+    train, validation, test = corpus.split("train"), corpus.split("val"), corpus.split("test")
     assert not set(train.names) & set(validation.names) and not set(test.names) & (set(train.names) | set(validation.names))
     assert sorted(train.names + validation.names + test.names) == names
     buckets = {n: int.from_bytes(hashlib.sha1(n.encode()).digest()[:8], "big") % 100 for n in names}
     assert validation.names == [n for n in names if buckets[n] < 10] and 15 <= len(validation) <= 45
     assert test.names == [n for n in names if 10 <= buckets[n] < 20] and 15 <= len(test) <= 45
-    assert corpus.split("validation").names == validation.names  # the same every time
+    assert corpus.split("val").names == validation.names  # the same every time
     assert corpus.split("test", test_percent=0).names == []
-    with pytest.raises(ValueError, match="'train', 'validation', 'test'"):
+    with pytest.raises(ValueError, match="'train', 'val', 'test'"):
         corpus.split("dev")
 
 
@@ -204,7 +204,7 @@ def test_training_windows_are_augmented_by_default():
 
 def test_validation_windows_cover_every_token_of_every_piece_exactly_once(chorale_cache):
     rng = np.random.default_rng(3)
-    validation = load_bach_chorales(limit=7, cache_dir=chorale_cache).split("validation")
+    validation = load_bach_chorales(limit=7, cache_dir=chorale_cache).split("val")
     synthetic = [random_notes(rng, n) for n in (1, 30, 31, 200)]
     corpus = MidiCorpus([*validation.names, "a", "b", "c", "d"], [*validation.notes, *synthetic])
     for seq_len in (16, 100, 4096):

@@ -333,3 +333,39 @@ def test_stdlib_corpus_end_to_end_with_timings(tmp_path: Path) -> None:
     assert second_time < first_time / 5
     sample = train_files[0].read_text(encoding="utf-8")
     assert first[: len(tokenizer.encode(sample))].tolist() == tokenizer.encode(sample)
+
+
+# ---------------------------------------------------------------------------------- shards
+def test_a_sharded_stream_is_the_same_tokens_as_one_entry(
+    counting: CountingTokenizer, documents: list[Path], tmp_path: Path
+) -> None:
+    more = []
+    for index in range(5):
+        path = tmp_path / "docs" / f"extra{index}.txt"
+        path.write_text(f"Document number {index}.\n" * (index + 2), encoding="utf-8")
+        more.append(path)
+    files = documents + more
+    whole = tokenize_files(files, counting, tmp_path / "one")
+    sharded = tokenize_files(files, counting, tmp_path / "many", shard_bytes=60)
+    assert isinstance(whole, np.memmap) and isinstance(sharded, text_data.ShardedTokens)
+    assert len(sharded.shards) > 3 and len(sharded) == len(whole) and sharded.shape == whole.shape
+    np.testing.assert_array_equal(np.asarray(sharded), whole)
+    for start in range(0, len(whole) - 7):  # every window, those across a shard boundary included
+        np.testing.assert_array_equal(sharded[start : start + 7], whole[start : start + 7])
+    assert sharded[-1] == whole[-1] and sharded[3] == whole[3]
+    restored = pickle.loads(pickle.dumps(sharded))
+    assert all(isinstance(shard, np.memmap) for shard in restored.shards)
+    np.testing.assert_array_equal(np.asarray(restored), whole)
+    windows = TokenWindowDataset(sharded, seq_len=5, vocab_size=counting.vocab_size, mode="sequential")
+    assert torch.equal(windows[3], torch.from_numpy(np.asarray(whole[15:21], dtype=np.int64)))
+
+
+def test_an_edit_re_encodes_only_its_shard(counting: CountingTokenizer, documents: list[Path], tmp_path: Path) -> None:
+    tokenize_files(documents, counting, tmp_path, shard_bytes=1)  # one file per shard
+    calls = CountingTokenizer.calls
+    documents[2].write_text("def third():\n    return 3\n", encoding="utf-8")
+    stream = tokenize_files(documents, counting, tmp_path, shard_bytes=1)
+    assert CountingTokenizer.calls == calls + 1
+    assert np.asarray(stream).tolist()[-len(counting.encode("def third():\n    return 3\n")) :] == counting.encode(
+        "def third():\n    return 3\n"
+    )

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from multimodal.images import sample_images
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer, PixelPositionEmbedding
-from multimodal.pixels import sample_images
 
 ATTENTION = {
     "full": dict(attention="full"),

@@ -4,13 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from multimodal.models.config import SuperResolutionConfig
+from multimodal.images import blend_weights, sample_high_res, tile_starts, upscale
+from multimodal.models.config import ConditionalSuperResolutionConfig, SuperResolutionConfig
 from multimodal.models.super_resolution import (
     ConditionalImageTransformer,
     SuperResolutionRegressor,
     bicubic_upsample,
 )
-from multimodal.pixels import blend_weights, sample_high_res, tile_starts, upscale
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +107,7 @@ def test_tile_without_stride_is_a_clear_error():
 
 def _conditional():
     torch.manual_seed(0)
-    config = SuperResolutionConfig(dim=16, num_layers=1, num_heads=2, ff_dim=32, method="autoregressive", scale=2,
+    config = ConditionalSuperResolutionConfig(dim=16, num_layers=1, num_heads=2, ff_dim=32, scale=2,
                                    crop_size=8, num_levels=16, decoder_layers=2, decoder_query_shape=(2, 6),
                                    decoder_memory_shape=(1, 3), local_query_shape=(2, 2), local_memory_shape=(1, 1))  # fmt: skip
     return ConditionalImageTransformer(config).eval()

@@ -8,23 +8,24 @@ import torch
 from torch.utils.data import DataLoader
 
 from multimodal.convert.blocks import export_blocks, read_export
-from multimodal.models.config import ImageTransformerConfig, SuperResolutionConfig
+from multimodal.models.config import ConditionalSuperResolutionConfig, ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.super_resolution import ConditionalImageTransformer
+from tasks.checkpoint import read_task_checkpoint
 from tasks.image_generation import ImageGeneration
-from tasks.super_resolution import SuperResolution
+from tasks.super_resolution import AutoregressiveSuperResolution
 
 BLOCKS = dict(dim=16, num_heads=2, ff_dim=32, dropout=0.0)
 PIXELS = dict(BLOCKS, num_layers=2, height=4, width=4, channels=1, num_levels=16,
               local_query_shape=(2, 2), local_memory_shape=(1, 2))  # fmt: skip
-CONDITIONAL = dict(BLOCKS, num_layers=1, method="autoregressive", scale=2, crop_size=8, num_levels=16,
+CONDITIONAL = dict(BLOCKS, num_layers=1, scale=2, crop_size=8, num_levels=16,
                    decoder_layers=2, decoder_query_shape=(2, 6), decoder_memory_shape=(1, 3),
                    local_query_shape=(2, 2), local_memory_shape=(1, 1))  # fmt: skip
 
 
 def _conditional() -> ConditionalImageTransformer:
     torch.manual_seed(0)
-    return ConditionalImageTransformer(SuperResolutionConfig(**CONDITIONAL))
+    return ConditionalImageTransformer(ConditionalSuperResolutionConfig(**CONDITIONAL))
 
 
 def test_export_of_a_two_stack_model_needs_the_stack_and_writes_only_that_one(tmp_path):
@@ -46,8 +47,8 @@ def test_a_two_stack_checkpoint_is_read_by_naming_the_stack(tmp_path):
     path = tmp_path / "sr.ckpt"
     torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, path)
     with pytest.raises(ValueError, match=r"cannot tell which Transformer stack among \['decoder', 'encoder.encoder'\]"):
-        read_export(path)
-    tensors = read_export(path, stack="decoder").tensors
+        read_task_checkpoint(path)
+    tensors = read_task_checkpoint(path, stack="decoder").tensors
     torch.testing.assert_close(tensors["stack.blocks.0.attention.to_qkv.weight"],
                                model.decoder.blocks[0].attention.to_qkv.weight)  # fmt: skip
     assert not any(name.startswith("encoder.encoder.blocks") for name in tensors)
@@ -57,11 +58,11 @@ def test_super_resolution_decoder_starts_from_image_transformer_blocks(tmp_path)
     torch.manual_seed(1)
     source = ImageTransformer(ImageTransformerConfig(**PIXELS))
     export_blocks(source, tmp_path / "pixels")
-    strict = SuperResolution(CONDITIONAL, finetune={"init_from": str(tmp_path / "pixels"), "init_select": ["blocks"],
+    strict = AutoregressiveSuperResolution(CONDITIONAL, finetune={"init_from": str(tmp_path / "pixels"), "init_select": ["blocks"],
                                                    "init_stack": "decoder"})  # fmt: skip
     with pytest.raises(ValueError, match=r"missing in file: stack\.blocks\.0\.cross_attention\.to_q\.weight"):
         strict.load_pretrained()  # the pixel model has no cross-attention: strict says so
-    task = SuperResolution(CONDITIONAL, finetune={"init_from": str(tmp_path / "pixels"), "init_select": ["blocks"],
+    task = AutoregressiveSuperResolution(CONDITIONAL, finetune={"init_from": str(tmp_path / "pixels"), "init_select": ["blocks"],
                                                  "init_stack": "decoder", "strict": False})  # fmt: skip
     before = {name: value.clone() for name, value in task.model.state_dict().items()}
     task.load_pretrained()

@@ -10,7 +10,7 @@ from PIL import Image
 from tasks.checkpoint import load_task
 from tasks.cli import MultimodalCLI, main, task_class_from_args
 from tasks.image_generation import ImageGeneration
-from tasks.super_resolution import SuperResolution
+from tasks.super_resolution import AutoregressiveSuperResolution, SuperResolution
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 GENERATION = [
@@ -56,7 +56,7 @@ def test_configs_name_the_tasks_and_link_image_sizes_from_the_data():
     "extra,task",
     [
         ("image_generation_fashion_mnist.yaml", ImageGeneration),
-        ("super_resolution_autoregressive.yaml", SuperResolution),
+        ("super_resolution_autoregressive.yaml", AutoregressiveSuperResolution),
     ],
 )
 def test_shipped_override_configs_parse_and_build(extra, task):
@@ -112,5 +112,5 @@ def test_autoregressive_super_resolution_fits_and_samples(tmp_path):
           "--model.init_args.model.decoder_layers=1", "--model.init_args.num_val_samples=2"])  # fmt: skip
     last = next((tmp_path / "outputs/super_resolution/checkpoints").glob("last*.ckpt"))
     task, _ = load_task(last)
-    assert task.config.method == "autoregressive"
+    assert isinstance(task, AutoregressiveSuperResolution)
     assert task(torch.rand(1, 3, 4, 4)).shape == (1, 3, 8, 8)

@@ -11,16 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from multimodal.data.text_windows import DocumentWindows, token_byte_lengths, window_plan
 from multimodal.generation import generate, sample_next
 from multimodal.layers import RelativePositionEmbedding, attend, attend_reference
 from multimodal.models import CausalLMConfig
+from multimodal.text import continue_text, score_text
 from multimodal.tokenizers.text import TextTokenizer
 from tasks.causal_lm import CausalLMTask
 from tasks.checkpoint import load_task
 from tasks.cli import COMMANDS, MultimodalCLI, main
-from tasks.data_command import FETCHERS
-from tasks.datamodules.text import DocumentWindows, TextDataModule, token_byte_lengths, window_plan
-from tasks.language_modeling import LanguageModeling, continue_text, score_text
+from tasks.commands.data import FETCHERS
+from tasks.datamodules.text import TextDataModule
+from tasks.language_modeling import LanguageModeling
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TEXT = ["--config", str(CONFIGS / "text_lm.yaml"), "--config", str(CONFIGS / "text_lm_tiny.yaml")]
@@ -75,7 +77,7 @@ def test_uniform_model_has_perplexity_equal_to_the_vocabulary_size(tokenizer):
     task = tiny_task(tokenizer.vocab_size)
     torch.nn.init.zeros_(task.model.head.weight)  # every logit 0: each token has probability 1 / V
     text = "\n".join(SAMPLES) * 3
-    score = score_text(task, tokenizer, text, context=16, stride=5)
+    score = score_text(task.model, tokenizer, text, context=16, stride=5)
     num_tokens, num_bytes = len(tokenizer.encode(text)), len(text.encode("utf-8"))
     assert score.targets == num_tokens and score.bytes == num_bytes
     assert score.perplexity == pytest.approx(tokenizer.vocab_size, rel=1e-6)  # float32 logits
@@ -115,7 +117,7 @@ def test_sliding_window_nll_matches_per_token_forwards(tokenizer, position):
     text = SAMPLES[0] + SAMPLES[2]
     sequence = [tokenizer.eos_id, *tokenizer.encode(text)]
     assert len(sequence) > 20
-    score = score_text(task, tokenizer, text, context=12, stride=5, batch_size=3)
+    score = score_text(task.model, tokenizer, text, context=12, stride=5, batch_size=3)
     assert score.nll == pytest.approx(_brute_force_nll(task, sequence, 12, 5), rel=1e-5)
 
 
@@ -127,7 +129,7 @@ def test_sliding_window_equals_full_context_when_the_text_fits(tokenizer):
     logits = task.model(sequence[:, :-1])
     full = F.cross_entropy(logits[0].double(), sequence[0, 1:], reduction="sum").item()
     for stride in (1, 7, 63):
-        assert score_text(task, tokenizer, text, context=63, stride=stride).nll == pytest.approx(
+        assert score_text(task.model, tokenizer, text, context=63, stride=stride).nll == pytest.approx(
             full, rel=1e-6
         )
 

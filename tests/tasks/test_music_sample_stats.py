@@ -48,10 +48,20 @@ def test_sample_stats_command_prints_the_table_and_writes_json(trained, tmp_path
     assert numbers["training_longest_note"] > 1.0  # chorales hold final fermatas for seconds
 
 
-def test_sample_stats_refuses_a_checkpoint_of_another_task(tmp_path, capsys):
+def test_sample_stats_says_when_the_checkpoint_is_missing(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["sample-stats", "--checkpoint", str(tmp_path / "missing.ckpt")])
     assert "checkpoint not found" in capsys.readouterr().err
+
+
+def test_sample_stats_refuses_a_checkpoint_of_another_task(tmp_path, monkeypatch, capsys):
+    text = [arg.replace("music_continuation", "text_lm") for arg in MUSIC]
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *text, "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1"])
+    last = next((tmp_path / "outputs/text_lm/checkpoints").glob("last*.ckpt"))
+    with pytest.raises(SystemExit):
+        main(["sample-stats", "--checkpoint", str(last)])
+    assert "not a music model" in capsys.readouterr().err
 
 
 def test_perplexity_of_midi_files_per_event_note_and_second(trained, tmp_path, capsys):
@@ -106,7 +116,12 @@ def test_duration_vocabulary_trains_and_validation_reports_nats_per_note_and_sec
                          num_sanity_val_steps=0)  # fmt: skip
     trainer.fit(cli.model, datamodule=cli.datamodule)
     metrics = trainer.callback_metrics
-    totals = cli.datamodule.evaluation_totals()
-    nll_sum = float(metrics["val_nll"]) * totals["targets"]
-    assert float(metrics["val_nll_per_note"]) == pytest.approx(nll_sum / totals["notes"], rel=1e-5)
-    assert float(metrics["val_nll_per_second"]) == pytest.approx(nll_sum / totals["seconds"], rel=1e-5)
+    # Counted here from the held-out pieces themselves: every event plus EOS is a target, every note
+    # a note, the last note's end the piece's length.
+    held_out = cli.datamodule.split("val").notes
+    tokenizer = cli.datamodule.tokenizer
+    targets = sum(len(tokenizer.encode_notes(notes)) + 1 for notes in held_out)
+    notes, seconds = sum(len(notes) for notes in held_out), sum(float(notes[:, 2].max()) for notes in held_out)
+    nll_sum = float(metrics["val_nll"]) * targets
+    assert float(metrics["val_nll_per_note"]) == pytest.approx(nll_sum / notes, rel=1e-5)
+    assert float(metrics["val_nll_per_second"]) == pytest.approx(nll_sum / seconds, rel=1e-5)

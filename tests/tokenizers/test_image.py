@@ -9,7 +9,6 @@ from PIL import Image
 
 from multimodal.tokenizers.base import Tokenizer
 from multimodal.tokenizers.image import (
-    PatchTokenizer,
     PixelTokenizer,
     patchify,
     pixel_positions,
@@ -71,18 +70,6 @@ def test_patchify_error_names_sizes_and_fix():
 def test_unpatchify_rejects_patches_of_wrong_shape():
     with pytest.raises(ValueError, match=r"\(num_patches, patch_dim\) = \(6, 48\)"):
         unpatchify(torch.rand(1, 6, 16), 4, (8, 12), 3)
-
-
-def test_patch_tokenizer_round_trips_and_saves(tmp_path):
-    tokenizer = PatchTokenizer(patch_size=2, channels=1)
-    images = torch.rand(3, 1, 4, 6)
-    patches = tokenizer.encode(images)
-    assert patches.shape == (3, tokenizer.num_patches((4, 6)), tokenizer.patch_dim) == (3, 6, 4)
-    assert torch.equal(tokenizer.decode(patches, (4, 6)), images)
-    tokenizer.save(tmp_path / "patch.json")
-    assert PatchTokenizer.load(tmp_path / "patch.json") == tokenizer
-    with pytest.raises(ValueError, match="3 channel"):
-        tokenizer.encode(torch.rand(1, 3, 4, 6))
 
 
 def test_pixel_tokens_interleave_channels_per_pixel_on_2x2_rgb():
@@ -153,5 +140,6 @@ def test_pixel_tokenizer_save_load_round_trip(tmp_path):
     tokenizer.save(tmp_path / "pixels.json")
     loaded = PixelTokenizer.load(tmp_path / "pixels.json")
     assert loaded == tokenizer and loaded.vocab_size == 19
+    (tmp_path / "other.json").write_text('{"type": "MidiTokenizer"}')
     with pytest.raises(ValueError, match="PixelTokenizer"):
-        PatchTokenizer.load(tmp_path / "pixels.json")
+        PixelTokenizer.load(tmp_path / "other.json")

@@ -21,7 +21,6 @@ from multimodal.tokenizers.midi import MidiTokenizer, MidiTokenizerConfig, notes
 
 STEP = 0.01
 TOKENIZER = MidiTokenizer()
-CHORALES = ("bwv269", "bwv347", "bwv86.6")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -83,9 +82,10 @@ def expected_sounding_notes(notes: list[pretty_midi.Note]) -> list[tuple[int, fl
     return sorted(result, key=lambda n: (n[1], n[0]))
 
 
-def reference_encode(notes: np.ndarray, tokenizer: MidiTokenizer) -> list[int]:
-    """Plain-Python statement of the encoding rules, one note at a time."""
-    step, max_shift = tokenizer.config.time_step, tokenizer.config.num_time_shifts
+def reference_notes_in_steps(notes: np.ndarray, tokenizer) -> list[tuple[int, int, int, int]]:
+    """Plain-Python statement of the note rules: ``(pitch, onset, offset, velocity bin)`` in steps,
+    unisons merged (longest, loudest), a re-strike ending the sounding note; sorted by pitch, onset."""
+    step = tokenizer.config.time_step
     merged: dict[tuple[int, int], list[int]] = {}
     for pitch, start, end, velocity in notes:
         onset = round(max(start, 0.0) / step)
@@ -94,11 +94,20 @@ def reference_encode(notes: np.ndarray, tokenizer: MidiTokenizer) -> list[int]:
         old = merged.get((int(pitch), onset), [0, 0])
         merged[int(pitch), onset] = [max(old[0], offset), max(old[1], velocity_bin)]
     keys = sorted(merged)
-    events = []  # (time, 0 = off / 1 = on, pitch, velocity bin)
+    result = []
     for i, (pitch, onset) in enumerate(keys):
         offset, velocity_bin = merged[pitch, onset]
         if i + 1 < len(keys) and keys[i + 1][0] == pitch:
             offset = min(offset, keys[i + 1][1])
+        result.append((pitch, onset, offset, velocity_bin))
+    return result
+
+
+def reference_encode(notes: np.ndarray, tokenizer: MidiTokenizer) -> list[int]:
+    """Plain-Python statement of the encoding rules, one note at a time."""
+    max_shift = tokenizer.config.num_time_shifts
+    events = []  # (time, 0 = off / 1 = on, pitch, velocity bin)
+    for pitch, onset, offset, velocity_bin in reference_notes_in_steps(notes, tokenizer):
         events += [(onset, 1, pitch, velocity_bin), (offset, 0, pitch, velocity_bin)]
     ids, now, current_bin = [], 0, None
     for time, is_on, pitch, velocity_bin in sorted(events):
@@ -111,20 +120,6 @@ def reference_encode(notes: np.ndarray, tokenizer: MidiTokenizer) -> list[int]:
             current_bin = velocity_bin
         ids.append(tokenizer.event_to_token("NOTE_ON" if is_on else "NOTE_OFF", pitch))
     return ids
-
-
-@pytest.fixture(scope="module")
-def chorale_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """A few real chorales written to MIDI by music21 (independent of multimodal.data)."""
-    from music21 import corpus
-
-    folder = tmp_path_factory.mktemp("chorales")
-    paths = []
-    for name in CHORALES:
-        path = folder / f"{name}.mid"
-        corpus.parse(f"bach/{name}").write("midi", fp=path)
-        paths.append(path)
-    return paths
 
 
 def assert_round_trip(path: Path, tmp_path: Path) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pretty_midi
 import pytest
-from test_midi import CHORALES, expected_sounding_notes, make_midi, rows, through_file
+from test_midi import expected_sounding_notes, make_midi, reference_notes_in_steps, rows, through_file
 
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 
@@ -32,21 +32,9 @@ def nearest_duration(steps: int, tokenizer: MidiDurationTokenizer) -> int:
 
 def reference_encode(notes: np.ndarray, tokenizer: MidiDurationTokenizer) -> list[int]:
     """Plain-Python statement of the encoding rules, one note at a time."""
-    step, max_shift = tokenizer.config.time_step, tokenizer.config.num_time_shifts
-    merged: dict[tuple[int, int], list[int]] = {}
-    for pitch, start, end, velocity in notes:
-        onset = round(max(start, 0.0) / step)
-        offset = max(round(end / step), onset + 1)
-        velocity_bin = tokenizer.velocity_to_bin(round(velocity))
-        old = merged.get((int(pitch), onset), [0, 0])
-        merged[int(pitch), onset] = [max(old[0], offset), max(old[1], velocity_bin)]
-    keys = sorted(merged)
-    written = []
-    for i, (pitch, onset) in enumerate(keys):
-        offset, velocity_bin = merged[pitch, onset]
-        if i + 1 < len(keys) and keys[i + 1][0] == pitch:
-            offset = min(offset, keys[i + 1][1])
-        written.append((onset, pitch, offset - onset, velocity_bin))
+    max_shift = tokenizer.config.num_time_shifts
+    written = [(onset, pitch, offset - onset, velocity_bin)
+               for pitch, onset, offset, velocity_bin in reference_notes_in_steps(notes, tokenizer)]  # fmt: skip
     ids, now, current_bin = [], 0, None
     for onset, pitch, duration, velocity_bin in sorted(written):
         while onset - now > 0:
@@ -59,19 +47,6 @@ def reference_encode(notes: np.ndarray, tokenizer: MidiDurationTokenizer) -> lis
         ids += [tokenizer.event_to_token("PITCH", pitch),
                 tokenizer.event_to_token("DURATION", nearest_duration(duration, tokenizer))]  # fmt: skip
     return ids
-
-
-@pytest.fixture(scope="module")
-def chorale_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from music21 import corpus
-
-    folder = tmp_path_factory.mktemp("chorales")
-    paths = []
-    for name in CHORALES:
-        path = folder / f"{name}.mid"
-        corpus.parse(f"bach/{name}").write("midi", fp=path)
-        paths.append(path)
-    return paths
 
 
 def assert_round_trip(path: Path, tmp_path: Path) -> int:

@@ -14,12 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tasks.cli import command
 
-
-@command(
-    "convert", "GPT-2 / timm ViT weights -> our export format: multimodal convert {gpt2,timm-vit} --help"
-)
 def convert_command(argv: list[str]) -> None:
     """``multimodal convert``: converts weights already on disk (nothing is downloaded)."""
     parser = argparse.ArgumentParser(prog="multimodal convert", description=convert_command.__doc__)
@@ -31,6 +26,7 @@ def convert_command(argv: list[str]) -> None:
     )
     gpt2.add_argument("--hf-dir", type=Path, required=True, help="the Hugging Face GPT-2 folder")
     gpt2.add_argument("--out", type=Path, required=True, help="output folder")
+    gpt2.add_argument("--overwrite", action="store_true", help="replace an export already there")
     vit = kinds.add_parser(
         "timm-vit",
         help="a timm vit_* state dict (.safetensors, or .pth read with weights_only=True)",
@@ -38,6 +34,7 @@ def convert_command(argv: list[str]) -> None:
     )
     vit.add_argument("--weights", type=Path, required=True, help="the state dict file")
     vit.add_argument("--out", type=Path, required=True, help="output folder")
+    vit.add_argument("--overwrite", action="store_true", help="replace an export already there")
     vit.add_argument(
         "--model-name", default=None, help="timm name, e.g. vit_base_patch16_224 (gives the heads)"
     )
@@ -48,6 +45,7 @@ def convert_command(argv: list[str]) -> None:
         "--image-size", type=int, nargs="+", default=None, help="H [W]; default: read off pos_embed"
     )
     args = parser.parse_args(argv)
+    _claim_export(args.out, args.overwrite)
     if args.kind == "gpt2":
         from multimodal.convert.gpt2 import convert_gpt2
 
@@ -61,9 +59,6 @@ def convert_command(argv: list[str]) -> None:
     _print_summary(out)
 
 
-@command(
-    "export", "a trained checkpoint's blocks -> safetensors: multimodal export --checkpoint CKPT --out DIR"
-)
 def export_command(argv: list[str]) -> None:
     """``multimodal export``: writes a task checkpoint's model as blocks.safetensors + config.json.
 
@@ -73,11 +68,13 @@ def export_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="multimodal export", description=export_command.__doc__)
     parser.add_argument("--checkpoint", type=Path, required=True, help="a .ckpt written by `multimodal fit`")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace an export already there")
     parser.add_argument("--stack", default=None,
                         help="two-stack models (conditional super-resolution): export `encoder` or `decoder`")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.checkpoint.is_file():
         parser.error(f"checkpoint not found: {args.checkpoint}")
+    _claim_export(args.out, args.overwrite)
     from multimodal.convert.blocks import export_blocks
     from tasks.checkpoint import load_task
 
@@ -94,3 +91,9 @@ def _print_summary(out: Path) -> None:
     meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
     counts = ", ".join(f"{len(names)} {part} tensors" for part, names in meta["parts"].items())
     print(f"wrote {out}: {meta['model_class']} ({counts}); use it with finetune.init_from: {out}")
+
+
+def _claim_export(out: Path, overwrite: bool) -> None:
+    from tasks.outputs import claim_outputs
+
+    claim_outputs([out / "blocks.safetensors", out / "config.json", out / "tokenizer.json"], overwrite)

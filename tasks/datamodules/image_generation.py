@@ -1,4 +1,4 @@
-"""Pixel data modules: raster intensity tokens for image generation, photo crops for super-resolution."""
+"""Image generation data: images as raster intensity tokens for the Image Transformer."""
 
 from __future__ import annotations
 
@@ -9,21 +9,18 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from multimodal.data.images import image_classification_dataset, load_digits_split, super_resolution_dataset
+from multimodal.data.images import (
+    KNOWN_SHAPES,
+    PixelTokens,
+    image_classification_dataset,
+    load_digits_split,
+)
 from multimodal.tokenizers.image import PixelTokenizer, pixels_to_tokens
+from tasks.datamodules.checks import check_options
+from tasks.datamodules.sampling import evaluation_sampler
 
 PixelDataset = Literal["digits", "fashion_mnist", "mnist", "cifar10", "cifar100", "imagefolder"]
-# (height, width, channels, classes) of the data sets whose images all have one size.
-KNOWN_SHAPES = {
-    "digits": (8, 8, 1, 10),
-    "fashion_mnist": (28, 28, 1, 10),
-    "mnist": (28, 28, 1, 10),
-    "cifar10": (32, 32, 3, 10),
-    "cifar100": (32, 32, 3, 100),
-}
-
-
-class PixelDataModule(pl.LightningDataModule):
+class ImageGenerationDataModule(pl.LightningDataModule):
     """Images as raster pixel tokens ``(seq_len,)`` with their class label, for the Image Transformer.
 
     Batches are ``(tokens, labels)``: intensity ids int64 ``(batch, height * width * channels)``
@@ -58,6 +55,9 @@ class PixelDataModule(pl.LightningDataModule):
         val_limit: int | None = None,
     ) -> None:
         super().__init__()
+        check_options({"image_size": 1, "num_levels": 2, "batch_size": 1, "num_workers": 0, "train_limit": 1,
+                       "val_limit": 1}, image_size=image_size, num_levels=num_levels, batch_size=batch_size,
+                      num_workers=num_workers, train_limit=train_limit, val_limit=val_limit)  # fmt: skip
         if dataset == "imagefolder":
             if image_size is None or root is None:
                 raise ValueError("dataset='imagefolder' needs root=<folder> and image_size=<side in pixels>")
@@ -120,82 +120,8 @@ class PixelDataModule(pl.LightningDataModule):
 
     def _loader(self, data: Dataset, shuffle: bool) -> DataLoader:
         return DataLoader(data, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, drop_last=False)  # fmt: skip
-
-
-class PixelTokens(Dataset):
-    """Wraps ``(image, label)`` items (float ``[0, 1]``) as ``(intensity ids (seq_len,), label)``.
-
-    Args:
-        images: A classification data set.
-        num_levels: Intensity levels per channel.
-    """
-
-    def __init__(self, images: Dataset, num_levels: int) -> None:
-        self.images, self.num_levels = images, num_levels
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        image, label = self.images[index]
-        return pixels_to_tokens(image, self.num_levels), label
-
-
-class SuperResolutionDataModule(pl.LightningDataModule):
-    """``(low_res, high_res)`` crops of photos for the super-resolution task.
-
-    Training crops are random on every access; validation crops are fixed and come from photos
-    training never sees (see :func:`~multimodal.data.images.super_resolution_dataset` and
-    ``docs/images.md`` for the held-out skimage photos).
-
-    Args:
-        source: ``"skimage"`` (photos bundled with scikit-image) or a folder of your photos.
-        scale: Downsampling factor, 2 or 4.
-        crop_size: High-resolution crop side (a multiple of ``scale``).
-        channels: 3 (RGB; greyscale photos replicated) or 1 (luma).
-        crops_per_photo: Training crops per photo per epoch.
-        val_crops_per_photo: Fixed validation crops per held-out photo.
-        batch_size: Crops per batch.
-        num_workers: DataLoader worker processes.
-        seed: Seed of the fixed validation crops.
-    """
-
-    def __init__(
-        self,
-        source: str = "skimage",
-        scale: int = 2,
-        crop_size: int = 48,
-        channels: int = 3,
-        crops_per_photo: int = 64,
-        val_crops_per_photo: int = 16,
-        batch_size: int = 16,
-        num_workers: int = 0,
-        seed: int = 0,
-    ) -> None:
-        super().__init__()
-        if crop_size % scale:
-            raise ValueError(f"crop_size={crop_size} must be a multiple of scale={scale}")
-        self.source, self.scale, self.crop_size, self.channels = source, scale, crop_size, channels
-        self.crops_per_photo, self.val_crops_per_photo = crops_per_photo, val_crops_per_photo
-        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
-
-    def split(self, name: Literal["train", "val"]) -> Dataset:
-        """The ``train`` (random crops) or ``val`` (fixed crops of held-out photos) split."""
-        crops = self.crops_per_photo if name == "train" else self.val_crops_per_photo
-        return super_resolution_dataset(
-            self.source, name, self.scale, self.crop_size, self.channels, crops, self.seed
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.split("train"), batch_size=self.batch_size, shuffle=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)  # fmt: skip
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.split("val"), batch_size=self.batch_size, num_workers=self.num_workers)
-
-    def test_dataloader(self) -> DataLoader:
-        return self.val_dataloader()
+                          persistent_workers=self.num_workers > 0, drop_last=False,
+                          sampler=None if shuffle else evaluation_sampler(data))  # fmt: skip
 
 
 def _class_folders(root: Path) -> list[str]:

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.cli import command
-
 
 @dataclass
 class Fetcher:
@@ -53,9 +51,6 @@ def fetcher(
     return register
 
 
-@command(
-    "data", "fetch a data set into the cache: multimodal data NAME (`multimodal data --help` lists them)"
-)
 def data_command(argv: list[str]) -> None:
     """``multimodal data NAME``: fetches the named data set once and prints its folder."""
     description = "Fetch a data set into $MULTIMODAL_CACHE (default ~/.cache/multimodal); prints its folder."
@@ -99,3 +94,23 @@ def _fetch_fashion_mnist(args: argparse.Namespace) -> Path:
     from multimodal.data.fetch import fetch_fashion_mnist
 
     return fetch_fashion_mnist(args.root)
+
+
+def _midi_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", type=Path, help="a folder tree of .mid / .midi files")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="default: $MULTIMODAL_CACHE/midi/<folder name>-<hash>")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=None, help="parsing processes (default: one per core)")
+    parser.add_argument("--include-drums", action="store_true", help="keep drum tracks")
+
+
+@fetcher("midi", "parse a folder tree of MIDI files into a memory-mapped note cache (only new or changed files)",
+         _midi_arguments)  # fmt: skip
+def _ingest_midi(args: argparse.Namespace) -> Path:
+    from multimodal.data.midi_cache import ingest_midi
+
+    if not args.folder.is_dir():
+        raise SystemExit(f"error: {args.folder}: not a folder of MIDI files")
+    report = ingest_midi(args.folder, args.cache_dir, num_workers=args.workers, include_drums=args.include_drums)
+    print(report)
+    return report.cache

@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 from scipy.io import wavfile
 
-from multimodal import audio
-from multimodal.audio import midi_to_waveform, power_spectrogram, read_wav, spectrogram_png, write_wav
+from multimodal import synthesis
+from multimodal.synthesis import midi_to_waveform, power_spectrogram, read_wav, spectrogram_png, write_wav
 
 
 def one_note(pitch: int = 69, seconds: float = 1.0) -> pretty_midi.PrettyMIDI:
@@ -24,7 +24,7 @@ def one_note(pitch: int = 69, seconds: float = 1.0) -> pretty_midi.PrettyMIDI:
 def test_waveform_is_normalised_and_sounds_the_note():
     waveform = midi_to_waveform(one_note(69), sample_rate=16000)  # A4 = 440 Hz
     assert waveform.dtype == torch.float32 and waveform.ndim == 1
-    assert len(waveform) >= 16000 and waveform.abs().max() == pytest.approx(audio.PEAK)
+    assert len(waveform) >= 16000 and waveform.abs().max() == pytest.approx(synthesis.PEAK)
     spectrum = np.abs(np.fft.rfft(waveform[:16000].numpy()))
     assert abs(np.argmax(spectrum) - 440) < 3  # 16000 samples at 16 kHz: bin k is k Hz
     assert len(midi_to_waveform(pretty_midi.PrettyMIDI())) == 0

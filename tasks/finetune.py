@@ -32,6 +32,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_info
 from multimodal.convert.blocks import load_blocks, select_names
 from multimodal.finetune import count_parameters, freeze, parameter_groups, scale_learning_rates, unfreeze
 from multimodal.layers.lora import LoRAConfig, apply_lora
+from tasks.checkpoint import read_task_checkpoint
 from tasks.optim import fused_on_cuda
 
 
@@ -118,9 +119,10 @@ class FineTuningMixin:
         if self.finetune is None or self.finetune.init_from is None or self._pretrained_loaded:
             return
         spec = self.finetune
-        report = load_blocks(
-            self.model, spec.init_from, spec.init_select, strict=spec.strict, stack=spec.init_stack
-        )
+        source = spec.init_from
+        if str(source).endswith(".ckpt"):
+            source = read_task_checkpoint(source, spec.init_stack)
+        report = load_blocks(self.model, source, spec.init_select, strict=spec.strict, stack=spec.init_stack)
         selected = set(select_names(self.model, spec.init_select, spec.init_stack))
         self._pretrained_names = {name for name in report.loaded if name in selected}
         self._pretrained_loaded = True

@@ -11,18 +11,18 @@ from PIL import Image
 
 from multimodal.data.fetch import DatasetNotFoundError, default_cache_dir
 from tasks.checkpoint import load_task
-from tasks.classification import ImageClassification
 from tasks.cli import MultimodalCLI, main, task_class_from_args
 from tasks.datamodules import ImageClassificationDataModule
+from tasks.image_classification import ImageClassification
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 VIT = [
     "--config",
-    str(CONFIGS / "vit_classification.yaml"),
+    str(CONFIGS / "image_classification.yaml"),
     "--config",
-    str(CONFIGS / "vit_classification_tiny.yaml"),
+    str(CONFIGS / "image_classification_tiny.yaml"),
 ]
-RUN = Path("outputs/vit_classification")  # where the config writes, relative to the working folder
+RUN = Path("outputs/image_classification")  # where the config writes, relative to the working folder
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_cli_fit_checkpoint_reload_predict(vit_args, tmp_path):
 
     # Reload without unpickling: load_from_checkpoint and load_task give the trained model's logits.
     checkpoint = torch.load(last, weights_only=True)
-    assert checkpoint["multimodal"]["task"] == "tasks.classification.ImageClassification"
+    assert checkpoint["multimodal"]["task"] == "tasks.image_classification.ImageClassification"
     reloaded = ImageClassification.load_from_checkpoint(last).eval()
     task, tokenizer = load_task(last)
     trained = cli.model.eval()
@@ -140,9 +140,9 @@ def test_fashion_mnist_config_builds_its_model_from_the_data(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     args = [
         "--config",
-        str(CONFIGS / "vit_classification.yaml"),
+        str(CONFIGS / "image_classification.yaml"),
         "--config",
-        str(CONFIGS / "vit_fashion_mnist.yaml"),
+        str(CONFIGS / "image_classification_fashion_mnist.yaml"),
     ]
     cli = MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
     config = cli.model.config

@@ -1,6 +1,6 @@
 """Image classification with a Vision Transformer.
 
-``multimodal fit --config configs/vit_classification.yaml`` trains on the scikit-learn digits;
+``multimodal fit --config configs/image_classification.yaml`` trains on the scikit-learn digits;
 ``multimodal predict --config ... --ckpt_path CKPT`` writes ``file,prediction,probability`` rows to a
 CSV (:class:`PredictionCSV`, by default ``<trainer.default_root_dir>/predictions.csv``). Every
 validation epoch leaves a confusion-matrix PNG next to the logs.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,13 +19,12 @@ import torch.nn.functional as F
 from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from multimodal.layers import compile_blocks
 from multimodal.models import ViT, ViTConfig
-from tasks.checkpoint import SelfContainedCheckpoint
-from tasks.finetuning import FineTuneConfig, FineTuningMixin, finetune_hparams
-from tasks.optim import warmup_cosine
+from tasks.base import Task
+from tasks.finetune import FineTuneConfig
 from tasks.outputs import log_folder
 
 __all__ = ["ImageClassification", "PredictionCSV", "vit_adamw"]
@@ -37,7 +35,7 @@ def vit_adamw(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
 
 
-class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
+class ImageClassification(Task):
     """Trains a :class:`~multimodal.models.ViT` with cross-entropy on ``(image, label)`` batches.
 
     Logs ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``, ``val_top5`` (and ``test_*``);
@@ -60,12 +58,12 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
         class_names: Names of the classes (linked from the data), used in the CSV and the plots.
         confusion_matrix_every_n_epochs: Write the validation confusion matrix after every n-th
             validation epoch and the last one (rendering takes about 0.3 s; 0: only after the last).
-        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetuning`).
+        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetune`).
         compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
             the first steps pay for compilation.
     """
 
-    #: Data-module attribute -> init argument, linked by the CLI at instantiation.
+    config_class = ViTConfig
     data_links: ClassVar[dict[str, str]] = {
         "num_classes": "model.num_classes",
         "channels": "model.channels",
@@ -85,29 +83,16 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
     ) -> None:
-        super().__init__()
-        config = ViTConfig(**model) if isinstance(model, dict) else (model or ViTConfig())
-        if class_names is not None and len(class_names) != config.num_classes:
-            raise ValueError(f"{len(class_names)} class_names for num_classes={config.num_classes}")
-        # Plain types only, so checkpoints load with torch.load(weights_only=True).
-        self.save_hyperparameters({
-            "model": asdict(config), "warmup_steps": warmup_steps, "min_lr_ratio": min_lr_ratio,
-            "label_smoothing": label_smoothing,
+        settings = {
+            "min_lr_ratio": min_lr_ratio, "label_smoothing": label_smoothing,
             "class_names": None if class_names is None else list(class_names),
             "confusion_matrix_every_n_epochs": confusion_matrix_every_n_epochs,
-            "finetune": finetune_hparams(finetune), "compile": compile,
-        })  # fmt: skip
-        self.config = config
-        self.model = ViT(config)
-        self.configure_finetuning(finetune)
-        if compile:
-            compile_blocks(self.model)
-        self.optimizer_factory = optimizer
-        self.warmup_steps, self.min_lr_ratio, self.label_smoothing = (
-            warmup_steps,
-            min_lr_ratio,
-            label_smoothing,
-        )
+        }  # fmt: skip
+        super().__init__(model, optimizer, warmup_steps, finetune, compile, min_lr_ratio, settings)
+        config = self.config
+        if class_names is not None and len(class_names) != config.num_classes:
+            raise ValueError(f"{len(class_names)} class_names for num_classes={config.num_classes}")
+        self.label_smoothing = label_smoothing
         self.class_names = list(class_names) if class_names else [str(i) for i in range(config.num_classes)]
         self.confusion_every = confusion_matrix_every_n_epochs
         classes = config.num_classes
@@ -115,6 +100,8 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
             f"{stage}_{name}": MulticlassAccuracy(classes, top_k=k, average="micro")
             for stage in ("val", "test") for name, k in (("acc", 1), ("top5", min(5, classes)))
         })  # fmt: skip
+        # The loss over every evaluated image, weighted by image and summed over processes.
+        self.mean_loss = torch.nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
         self.confusion = torch.nn.ModuleDict({
             stage: MulticlassConfusionMatrix(classes) for stage in ("val", "test")
         })  # fmt: skip
@@ -140,7 +127,8 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
     def _evaluate(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
         images, labels = batch
         logits = self.model(images).float()
-        self.log(f"{stage}_loss", F.cross_entropy(logits, labels), prog_bar=stage == "val")
+        self.mean_loss[stage].update(F.cross_entropy(logits, labels), weight=len(labels))
+        self.log(f"{stage}_loss", self.mean_loss[stage], prog_bar=stage == "val")
         for name in ("acc", "top5"):
             metric = self.metrics[f"{stage}_{name}"]
             metric.update(logits, labels)
@@ -178,10 +166,12 @@ class ImageClassification(FineTuningMixin, SelfContainedCheckpoint, pl.Lightning
             return []
         return [PredictionCSV()]
 
-    def configure_optimizers(self):
-        optimizer = self.finetuning_optimizer(self.optimizer_factory, no_decay=self.model.no_weight_decay())
-        schedule = warmup_cosine(optimizer, self.trainer, self.warmup_steps, self.min_lr_ratio)
-        return {"optimizer": optimizer, "lr_scheduler": schedule}
+    def build_model(self, config: ViTConfig) -> ViT:
+        return ViT(config)
+
+    def no_weight_decay(self) -> set[str]:
+        """Biases, norms, the class token and position parameters train without weight decay."""
+        return self.model.no_weight_decay()
 
     @staticmethod
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from multimodal.convert.blocks import export_blocks
 from multimodal.models import CausalLM, CausalLMConfig
 from tasks.causal_lm import CausalLMTask
 from tasks.checkpoint import load_task
-from tasks.finetuning import FineTuneConfig
+from tasks.finetune import FineTuneConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`")
 CONFIG = dict(vocab_size=50, dim=32, num_layers=2, num_heads=4, ff_dim=64, max_seq_len=16, dropout=0.0)
@@ -130,7 +130,7 @@ def test_everything_frozen_is_an_error_with_the_fix():
 
 def test_vit_classification_fine_tunes_converted_blocks_with_a_new_head(tmp_path):
     from multimodal.models import ViT, ViTConfig
-    from tasks.classification import ImageClassification
+    from tasks.image_classification import ImageClassification
 
     sizes = dict(dim=32, num_layers=2, num_heads=4, ff_dim=64, image_size=16, patch_size=4, channels=3)
     torch.manual_seed(0)

@@ -26,8 +26,10 @@ from torchvision.transforms import v2
 
 from multimodal.data.augment import build_transform
 from multimodal.data.fetch import DatasetNotFoundError
-from multimodal.data.image_folder import IMAGE_EXTENSIONS, ImageFolder, image_files, pil_mode
+from multimodal.data.image_folder import IMAGE_EXTENSIONS, ImageFolder, image_files, pil_mode, to_mode
 from multimodal.data.images import DatasetName, ImageClassificationDataset, image_classification_dataset
+from tasks.datamodules.checks import check_options
+from tasks.datamodules.sampling import evaluation_sampler
 
 __all__ = ["ImageClassificationDataModule", "PredictionImages"]
 
@@ -71,6 +73,11 @@ class ImageClassificationDataModule(pl.LightningDataModule):
         predict_split: Literal["train", "val", "test"] = "test",
     ) -> None:
         super().__init__()
+        check_options({"image_size": 1, "batch_size": 1, "eval_batch_size": 1, "num_workers": 0},
+                      image_size=image_size, batch_size=batch_size, eval_batch_size=eval_batch_size,
+                      num_workers=num_workers)  # fmt: skip
+        if channels not in (1, 3):
+            raise ValueError(f"channels={channels}: must be 1 (grey) or 3 (RGB)")
         self.name, self.root, self.channels_arg = dataset, root, channels
         self.resize = [] if image_size is None else [
             {"name": "Resize", "size": image_size}, {"name": "CenterCrop", "size": image_size},
@@ -136,10 +143,10 @@ class ImageClassificationDataModule(pl.LightningDataModule):
         return self._loader(self.split("train"), self.batch_size, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.split("val"), self.eval_batch_size)
+        return self._loader(self.split("val"), self.eval_batch_size, sampler=evaluation_sampler(self.split("val")))
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.split("test"), self.eval_batch_size)
+        return self._loader(self.split("test"), self.eval_batch_size, sampler=evaluation_sampler(self.split("test")))
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.predict_dataset(), self.eval_batch_size, collate_fn=_collate_readable)
@@ -186,7 +193,7 @@ class PredictionImages(Dataset):
         path = self.files[index]
         try:
             with Image.open(path) as image:
-                pixels = image.convert(self.mode)
+                pixels = to_mode(image, self.mode)
         except Exception as error:
             warnings.warn(f"skipping unreadable image {path}: {error}", stacklevel=2)
             return None

@@ -1,0 +1,164 @@
+"""The base of every task: what all of them do the same way, written once.
+
+A task is a ``LightningModule`` that trains one model family. :class:`Task` owns
+
+- the model config: built from the ``model`` argument (a dataclass, its dict from YAML or a
+  checkpoint, or None for the defaults) and saved with the other init arguments as plain
+  hyper-parameters, so checkpoints load with ``torch.load(weights_only=True)``;
+- the fine-tuning set-up (:mod:`tasks.finetune`) and ``compile: true`` (:func:`multimodal.layers.compile_blocks`);
+- the optimizer (the ``optimizer`` callable over parameter groups, weight decay on matrices only,
+  fused on CUDA) and the warm-up + cosine schedule (:func:`tasks.optim.warmup_cosine`);
+- evaluation sums: a float64 vector per validation / test epoch, added over batches and over
+  processes (``all_gather``), so a metric covers every example once even under DDP;
+- the protocols of the commands that take a checkpoint: ``multimodal generate`` asks the task for
+  :meth:`Task.add_generate_arguments` and calls :meth:`Task.run_generate`; ``multimodal
+  perplexity`` likewise with ``add_perplexity_arguments`` / ``run_perplexity``.
+
+A task class adds what is its own: :meth:`Task.build_model`, its steps, its metrics, its commands.
+Its ``__init__`` lists every argument explicitly (LightningCLI and ``--help`` read the signature)
+and hands the shared ones to ``super().__init__``, the rest as ``settings`` to be saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Any, ClassVar
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.cli import OptimizerCallable
+from torch import Tensor, nn
+
+from multimodal.layers import compile_blocks
+from tasks.checkpoint import SelfContainedCheckpoint
+from tasks.finetune import FineTuneConfig, FineTuningMixin, finetune_hparams
+from tasks.optim import warmup_cosine
+
+
+def adamw(params) -> torch.optim.Optimizer:
+    """Default optimizer: AdamW(lr=3e-4, betas=(0.9, 0.98), weight_decay=0.01)."""
+    return torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.98), weight_decay=0.01)
+
+
+class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
+    """Shared set-up of every task; see the module docstring.
+
+    Args:
+        model: The model config (``config_class``), its dict, or None for the defaults.
+        optimizer: Called with parameter groups.
+        warmup_steps: Linear learning-rate warm-up, then cosine decay to ``min_lr_ratio`` of the peak.
+        finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (:mod:`tasks.finetune`).
+        compile: Compile every Transformer block with ``torch.compile``; the first steps pay for it.
+        min_lr_ratio: Final learning rate as a fraction of the peak.
+        settings: The task's own init arguments, saved as hyper-parameters (plain values only).
+    """
+
+    #: The model config dataclass of this task.
+    config_class: ClassVar[type]
+    #: Data-module attribute -> init argument, linked by the CLI at instantiation.
+    data_links: ClassVar[dict[str, str]] = {}
+    #: Names of the evaluation sums (:meth:`add_evaluation_sums`), in order.
+    evaluation_sum_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        model: Any = None,
+        optimizer: OptimizerCallable = adamw,
+        warmup_steps: int = 100,
+        finetune: FineTuneConfig | dict[str, Any] | None = None,
+        compile: bool = False,
+        min_lr_ratio: float = 0.1,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        config = self.config_class(**model) if isinstance(model, dict) else (model or self.config_class())
+        self.save_hyperparameters({
+            "model": asdict(config), "warmup_steps": warmup_steps, **(settings or {}),
+            "finetune": finetune_hparams(finetune), "compile": compile,
+        })  # fmt: skip
+        self.config = config
+        self.model = self.build_model(config)
+        self.configure_finetuning(finetune)
+        if compile:
+            compile_blocks(self.model)
+        self.optimizer_factory = optimizer
+        self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
+        self._evaluation_sums = torch.zeros(len(self.evaluation_sum_names), dtype=torch.float64)
+
+    def build_model(self, config: Any) -> nn.Module:
+        """The network this task trains, from its config."""
+        raise NotImplementedError(f"{type(self).__name__} must define build_model(config)")
+
+    def on_train_epoch_start(self) -> None:
+        """Seeded training sets draw the items of this epoch (``set_epoch``), alike in every process."""
+        for loader in _loaders(self.trainer.train_dataloader):
+            set_epoch = getattr(getattr(loader, "dataset", None), "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.current_epoch)
+
+    # ------------------------------------------------------------------------------- optimization
+    def no_weight_decay(self) -> Iterable[str] | None:
+        """Parameter names trained without weight decay; None: every tensor of fewer than 2 dimensions."""
+        return None
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.finetuning_optimizer(self.optimizer_factory, no_decay=self.no_weight_decay())
+        schedule = warmup_cosine(optimizer, self.trainer, self.warmup_steps, self.min_lr_ratio)
+        return {"optimizer": optimizer, "lr_scheduler": schedule}
+
+    # ---------------------------------------------------------------------------- evaluation sums
+    def reset_evaluation_sums(self) -> None:
+        """Zeros the sums (call at the start of a validation or test epoch)."""
+        self._evaluation_sums = torch.zeros(len(self.evaluation_sum_names), dtype=torch.float64, device=self.device)
+
+    def add_evaluation_sums(self, values: Tensor) -> None:
+        """Adds one batch's sums, a float vector in the order of :attr:`evaluation_sum_names`."""
+        self._evaluation_sums = self._evaluation_sums.to(self.device) + values.to(torch.float64)
+
+    def gathered_evaluation_sums(self) -> dict[str, float]:
+        """The epoch's sums over every process, by name (a collective: every process calls it)."""
+        sums = self.all_gather(self._evaluation_sums)
+        if sums.dim() > 1:
+            sums = sums.sum(0)
+        return dict(zip(self.evaluation_sum_names, sums.tolist(), strict=True))
+
+    @classmethod
+    def checkpoint_class(cls, hyper_parameters: dict[str, Any]) -> tuple[type, dict[str, Any]]:
+        """The task class and init arguments that rebuild a checkpoint naming this class.
+
+        Checkpoints of an older layout are upgraded here (the super-resolution tasks were one class).
+        """
+        return cls, hyper_parameters
+
+    # ------------------------------------------------------------------- command protocols
+    @staticmethod
+    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+        """Adds this task's options of ``multimodal generate`` (called with the checkpoint's task)."""
+
+    def run_generate(self, tokenizer: Any, args: argparse.Namespace) -> None:
+        """Runs ``multimodal generate`` for this checkpoint: writes what the model makes to ``args.out``."""
+        raise NotImplementedError(f"{type(self).__name__} does not generate")
+
+    @staticmethod
+    def add_perplexity_arguments(parser: argparse.ArgumentParser) -> None:
+        """Adds this task's options of ``multimodal perplexity``."""
+
+    def run_perplexity(self, tokenizer: Any, args: argparse.Namespace) -> None:
+        """Runs ``multimodal perplexity``: scores ``args.files`` with this checkpoint."""
+        raise NotImplementedError(f"{type(self).__name__} does not score files")
+
+    @classmethod
+    def supports(cls, command: str) -> bool:
+        """Whether this task implements ``multimodal COMMAND`` (``"generate"``, ``"perplexity"``)."""
+        return getattr(cls, f"run_{command}") is not getattr(Task, f"run_{command}")
+
+
+def _loaders(dataloaders: Any) -> list[Any]:
+    """The data loaders of a trainer's ``train_dataloader`` (one, or a list / dict of them)."""
+    if isinstance(dataloaders, dict):
+        return list(dataloaders.values())
+    if isinstance(dataloaders, (list, tuple)):
+        return list(dataloaders)
+    return [] if dataloaders is None else [dataloaders]
