@@ -30,8 +30,8 @@ test-all: install
 demo: install
 	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/music_demo.yaml
 	$(BIN)/multimodal validate --config configs/music_continuation.yaml --config configs/music_demo.yaml \
-		--ckpt_path outputs/demo/checkpoints/best.ckpt
-	$(BIN)/multimodal generate --checkpoint outputs/demo/checkpoints/best.ckpt --out outputs/demo \
+		--ckpt_path outputs/demo
+	$(BIN)/multimodal generate --checkpoint outputs/demo --out outputs/demo \
 		--primer-seconds 6 --max-new-tokens 512 --top-p 0.95 --seed 0 --overwrite
 
 # On a machine with a GPU, first thing: every task in bf16 (eager and compiled), the LM against its

@@ -91,12 +91,51 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
         """The network this task trains, from its config."""
         raise NotImplementedError(f"{type(self).__name__} must define build_model(config)")
 
-    def on_train_epoch_start(self) -> None:
-        """Seeded training sets draw the items of this epoch (``set_epoch``), alike in every process."""
-        for loader in _loaders(self.trainer.train_dataloader):
-            set_epoch = getattr(getattr(loader, "dataset", None), "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(self.current_epoch)
+    # ------------------------------------------------------------------------ exact resume
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Also saves torch's global generator states (dropout draws from them), for an exact resume.
+
+        The data's draws need no state: they are functions of ``(seed, epoch, index)``
+        (:mod:`multimodal.data.resumable`), and the training loader records where the epoch stood.
+        """
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["rng_states"] = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keeps the saved generator states and training-loader states for the start of training.
+
+        The generator states are restored just before the next training batch, not at load time: a
+        resumed run validates, builds loaders and so on first, and the run that was not
+        interrupted drew nothing between the checkpoint and that batch.
+        """
+        self._rng_states_to_restore = checkpoint.get("rng_states")
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        self._loader_states_to_restore = fit_loop.get("combined_loader")
+
+    def on_train_start(self) -> None:
+        """Gives a resumed run's training loaders their saved place in the epoch.
+
+        Lightning restores them itself only when it builds the loaders after the checkpoint; the
+        warm-up schedule asks for the run's length first (``estimated_stepping_batches``), which
+        builds them before. :class:`~multimodal.data.resumable.ResumableLoader` starts its
+        iteration again from a state loaded this late.
+        """
+        states = getattr(self, "_loader_states_to_restore", None)
+        if states:
+            loaders = [loader for loader in _loaders(self.trainer.train_dataloader) if hasattr(loader, "load_state_dict")]
+            for loader, state in zip(loaders, states, strict=True):
+                loader.load_state_dict(state)
+        self._loader_states_to_restore = None
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        states = getattr(self, "_rng_states_to_restore", None)
+        if states is not None:
+            torch.set_rng_state(states["cpu"])
+            if "cuda" in states and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(states["cuda"])
+            self._rng_states_to_restore = None
 
     # ------------------------------------------------------------------------------- optimization
     def no_weight_decay(self) -> Iterable[str] | None:

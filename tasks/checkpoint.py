@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from multimodal.convert.export import Export, export_from_state_dict
+from tasks.runs import resolve_checkpoint
 
 
 class SelfContainedCheckpoint:
@@ -66,9 +67,12 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
 
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
-    """``torch.load(path, weights_only=True)``; a file that is not a checkpoint is a ``ValueError`` naming it."""
-    if Path(path).is_dir():
-        raise IsADirectoryError(21, "a folder, not a checkpoint file", str(path))
+    """``torch.load(path, weights_only=True)``; a file that is not a checkpoint is a ``ValueError`` naming it.
+
+    ``path`` may be a folder: a run's (its best checkpoint) or a root of runs (the newest run's);
+    see :func:`tasks.runs.resolve_checkpoint`.
+    """
+    path = resolve_checkpoint(path)
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:

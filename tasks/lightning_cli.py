@@ -12,13 +12,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.loggers import TensorBoardLogger
 
 from tasks.checkpoint import checkpoint_task
 from tasks.registry import TASKS
+from tasks.runs import RUNS, resolve_checkpoint, run_of, runs_in
 
 
 def import_tasks() -> None:
@@ -52,6 +55,24 @@ class MultimodalCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         for source, target in self.data_links.items():
             parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
+        parser.add_argument(
+            "--run_name", type=str | None, default=None,
+            help="This run's folder under <default_root_dir>/lightning_logs/ (default: the next version_N); "
+                 "with --ckpt_path last, the run to resume",
+        )  # fmt: skip
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> pl.Trainer:
+        """The trainer, its logger writing into this run's folder (``--run_name``, else the next ``version_N``)."""
+        run_name = self.config[self.subcommand].get("run_name") if self.subcommand else None
+        if run_name and config.get("logger") in (None, True):
+            root = config.get("default_root_dir") or "."
+            config["logger"] = TensorBoardLogger(save_dir=root, name=RUNS, version=run_name, default_hp_metric=False)
+        elif run_name and config.get("logger"):
+            loggers = config["logger"] if isinstance(config["logger"], list) else [config["logger"]]
+            if getattr(loggers[0], "version", None) != run_name:
+                raise ValueError(f"--run_name {run_name}: the config's logger sets its own folder; set the "
+                                 f"logger's `version: {run_name}` instead")  # fmt: skip
+        return super()._instantiate_trainer(config, callbacks)
 
     def _parse_ckpt_path(self) -> None:
         """Merges a ``--ckpt_path`` checkpoint's hyper-parameters into the config, as Lightning does.
@@ -68,6 +89,7 @@ class MultimodalCLI(LightningCLI):
         if settings.get("weights_only") is False:
             self.parser.error("--weights_only false: checkpoints are read without unpickling; "
                               "a checkpoint that needs pickle is not one of ours")  # fmt: skip
+        self._resolve_run(subcommand, settings)
         ckpt_path = settings.get("ckpt_path")
         if not ckpt_path or ckpt_path in ("last", "best", "hpc", "registry") or not Path(ckpt_path).is_file():
             return super()._parse_ckpt_path()
@@ -90,3 +112,38 @@ class MultimodalCLI(LightningCLI):
                               f"{configured}; use that task's config, or leave --config out to take the checkpoint's")  # fmt: skip
         model = {"class_path": found, "init_args": arguments}
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
+
+    def _resolve_run(self, subcommand: str, settings: Any) -> None:
+        """Turns ``--ckpt_path last`` or a folder into a file, and keeps a resumed fit in its run's folder.
+
+        ``fit --ckpt_path last`` resumes the run named by ``--run_name``, or the only run under the
+        root (several runs: name one). Any other checkpoint inside a run folder resumes that run in
+        place. A fit into an existing run's folder without resuming it is refused (its
+        checkpoints would be overwritten).
+        """
+        root = Path((settings.get("trainer") or {}).get("default_root_dir") or ".")
+        ckpt_path, run_name = settings.get("ckpt_path"), settings.get("run_name")
+        resume = subcommand == "fit"
+        if ckpt_path == "last" and resume:
+            if run_name:
+                ckpt_path = str(root / RUNS / run_name)
+            else:
+                runs = [run for run in runs_in(root) if (run / "checkpoints" / "last.ckpt").is_file()]
+                if len(runs) != 1:
+                    found = ", ".join(run.name for run in runs) or "none"
+                    self.parser.error(f"--ckpt_path last: {len(runs)} runs to resume in {root / RUNS} ({found}); "
+                                      f"name one with --run_name" if runs else
+                                      f"--ckpt_path last: no run with a last.ckpt in {root / RUNS}")  # fmt: skip
+                ckpt_path = str(runs[0])
+        if ckpt_path and ckpt_path not in ("last", "best", "hpc", "registry"):
+            try:
+                ckpt_path = str(resolve_checkpoint(ckpt_path, resume=resume))
+            except FileNotFoundError as error:
+                self.parser.error(f"--ckpt_path {error.filename}: {error.strerror}")
+            run = run_of(ckpt_path) if resume else None
+            if run is not None and run_name is None and run[0] == root.resolve():
+                run_name = run[1]  # resume in place: same folder for checkpoints and logs
+        elif resume and run_name and (root / RUNS / run_name / "checkpoints").is_dir():
+            self.parser.error(f"--run_name {run_name}: that run exists in {root / RUNS} and its checkpoints would be "
+                              f"overwritten; resume it with --ckpt_path last, or choose another name")  # fmt: skip
+        settings["ckpt_path"], settings["run_name"] = ckpt_path, run_name

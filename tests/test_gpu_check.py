@@ -2,9 +2,11 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(tmp_path, *args):

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FORBIDDEN = ("pytorch_lightning", "lightning", "lightning_fabric", "tasks")
 

@@ -5,7 +5,7 @@ The export format (``blocks.safetensors`` + ``config.json`` [+ ``tokenizer.json`
 
     multimodal convert gpt2 --hf-dir path/to/gpt2 --out outputs/gpt2_converted
     multimodal convert timm-vit --weights vit_base_patch16_224.safetensors --out outputs/vit_converted
-    multimodal export --checkpoint outputs/text_lm/checkpoints/last.ckpt --out outputs/text_blocks
+    multimodal export --checkpoint outputs/text_lm --out outputs/text_blocks
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from multimodal.data.augment import build_transform
 from multimodal.data.fetch import DatasetNotFoundError
 from multimodal.data.image_folder import IMAGE_EXTENSIONS, ImageFolder, image_files, pil_mode, to_mode
 from multimodal.data.images import DatasetName, ImageClassificationDataset, image_classification_dataset
+from multimodal.data.resumable import ResumableLoader, SeededItems
 from tasks.datamodules.checks import check_options
 from tasks.datamodules.sampling import evaluation_sampler
 
@@ -56,6 +57,8 @@ class ImageClassificationDataModule(pl.LightningDataModule):
         predict_dir: Folder of images (searched recursively) to classify with ``multimodal
             predict``; None: the ``predict_split`` of the data set.
         predict_split: Split classified by ``predict`` when no ``predict_dir`` is given.
+        seed: The training order and augmentations are a function of ``(seed, epoch, index)``, so
+            a resumed run continues exactly (:mod:`multimodal.data.resumable`).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class ImageClassificationDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         predict_dir: str | None = None,
         predict_split: Literal["train", "val", "test"] = "test",
+        seed: int = 0,
     ) -> None:
         super().__init__()
         check_options({"image_size": 1, "batch_size": 1, "eval_batch_size": 1, "num_workers": 0},
@@ -85,6 +89,7 @@ class ImageClassificationDataModule(pl.LightningDataModule):
         self.augmentation, self.transform = list(augmentation or []), list(transform or [])
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.predict_dir, self.predict_split = num_workers, predict_dir, predict_split
+        self.seed = seed
         self._splits: dict[str, ImageClassificationDataset] = {}
 
     # ----------------------------------------------------------------------------------------------
@@ -140,7 +145,8 @@ class ImageClassificationDataModule(pl.LightningDataModule):
             self.split(name)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.split("train"), self.batch_size, shuffle=True)
+        return ResumableLoader(SeededItems(self.split("train"), self.seed), batch_size=self.batch_size, shuffle=True,
+                               seed=self.seed, num_workers=self.num_workers)  # fmt: skip
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.split("val"), self.eval_batch_size, sampler=evaluation_sampler(self.split("val")))
@@ -151,9 +157,9 @@ class ImageClassificationDataModule(pl.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.predict_dataset(), self.eval_batch_size, collate_fn=_collate_readable)
 
-    def _loader(self, data: Dataset, batch_size: int, shuffle: bool = False, **kwargs: Any) -> DataLoader:
+    def _loader(self, data: Dataset, batch_size: int, **kwargs: Any) -> DataLoader:
         return DataLoader(
-            data, batch_size=batch_size, shuffle=shuffle, num_workers=self.num_workers,
+            data, batch_size=batch_size, num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0, **kwargs,
         )  # fmt: skip
 

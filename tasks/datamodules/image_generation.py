@@ -15,6 +15,7 @@ from multimodal.data.images import (
     image_classification_dataset,
     load_digits_split,
 )
+from multimodal.data.resumable import ResumableLoader
 from multimodal.tokenizers.image import PixelTokenizer, pixels_to_tokens
 from tasks.datamodules.checks import check_options
 from tasks.datamodules.sampling import evaluation_sampler
@@ -40,6 +41,7 @@ class ImageGenerationDataModule(pl.LightningDataModule):
         num_workers: DataLoader worker processes.
         train_limit: Use only the first ``train_limit`` training images (quick runs).
         val_limit: Use only the first ``val_limit`` validation/test images.
+        seed: The training order is a function of ``(seed, epoch)`` (exact resume).
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class ImageGenerationDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         train_limit: int | None = None,
         val_limit: int | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         check_options({"image_size": 1, "num_levels": 2, "batch_size": 1, "num_workers": 0, "train_limit": 1,
@@ -70,7 +73,7 @@ class ImageGenerationDataModule(pl.LightningDataModule):
         levels = num_levels or (17 if dataset == "digits" else 256)
         self.dataset, self.root, self.image_size = dataset, root, image_size
         self.batch_size, self.num_workers = batch_size, num_workers
-        self.train_limit, self.val_limit = train_limit, val_limit
+        self.train_limit, self.val_limit, self.seed = train_limit, val_limit, seed
         self.tokenizer = PixelTokenizer(height, width, channels, levels)
         self.num_classes = num_classes
 
@@ -110,18 +113,18 @@ class ImageGenerationDataModule(pl.LightningDataModule):
         return Subset(data, range(min(limit, len(data)))) if limit is not None else data
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.split("train"), shuffle=True)
+        return ResumableLoader(self.split("train"), batch_size=self.batch_size, shuffle=True, seed=self.seed,
+                               num_workers=self.num_workers)  # fmt: skip
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.split("val"), shuffle=False)
+        return self._loader(self.split("val"))
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.split("test"), shuffle=False)
+        return self._loader(self.split("test"))
 
-    def _loader(self, data: Dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(data, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, drop_last=False,
-                          sampler=None if shuffle else evaluation_sampler(data))  # fmt: skip
+    def _loader(self, data: Dataset) -> DataLoader:
+        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0, sampler=evaluation_sampler(data))  # fmt: skip
 
 
 def _class_folders(root: Path) -> list[str]:

@@ -15,6 +15,7 @@ from multimodal.data.music import (
     MidiWindowDataset,
     load_bach_chorales,
 )
+from multimodal.data.resumable import ResumableLoader
 from multimodal.tokenizers.midi import MidiTokenizer, MidiTokenizerConfig
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 from tasks.datamodules.checks import check_options, check_percents
@@ -127,9 +128,7 @@ class MusicDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         data = MidiWindowDataset(self.split("train"), self.tokenizer, self.seq_len, self.epoch_length,
                                  self.augmentation, seed=self.seed)  # fmt: skip
-        # Workers are not kept between epochs: each epoch's workers copy the data set after its
-        # set_epoch, so they draw that epoch's windows.
-        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
+        return ResumableLoader(data, batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._evaluation_loader("val")

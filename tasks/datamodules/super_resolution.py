@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
 from multimodal.data.images import super_resolution_dataset
+from multimodal.data.resumable import ResumableLoader, SeededItems
 from tasks.datamodules.checks import check_options
 from tasks.datamodules.sampling import evaluation_sampler
 
@@ -28,7 +29,8 @@ class SuperResolutionDataModule(pl.LightningDataModule):
         val_crops_per_photo: Fixed validation crops per held-out photo.
         batch_size: Crops per batch.
         num_workers: DataLoader worker processes.
-        seed: Seed of the fixed validation crops.
+        seed: Seed of the fixed validation crops; the training crops and order are a function of
+            ``(seed, epoch, index)`` (exact resume).
     """
 
     def __init__(
@@ -63,8 +65,8 @@ class SuperResolutionDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.split("train"), batch_size=self.batch_size, shuffle=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)  # fmt: skip
+        return ResumableLoader(SeededItems(self.split("train"), self.seed), batch_size=self.batch_size, shuffle=True,
+                               seed=self.seed, num_workers=self.num_workers)  # fmt: skip
 
     def val_dataloader(self) -> DataLoader:
         data = self.split("val")

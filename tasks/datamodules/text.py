@@ -16,6 +16,7 @@ import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
+from multimodal.data.resumable import ResumableLoader
 from multimodal.data.text import (
     TokenWindowDataset,
     find_text_files,
@@ -145,8 +146,7 @@ class TextDataModule(pl.LightningDataModule):
         windows = TokenWindowDataset(
             self.stream("train"), self.seq_len, self.vocab_size, "random", self.epoch_length, seed=self.seed
         )
-        # Workers are not kept between epochs: each epoch's copy of the data set has its epoch.
-        return DataLoader(windows, batch_size=self.batch_size, num_workers=self.num_workers)
+        return ResumableLoader(windows, batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._evaluation_loader("val", self.val_stride)

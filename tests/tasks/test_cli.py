@@ -14,7 +14,7 @@ from tasks.music_continuation import MusicContinuation
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MUSIC = ["--config", str(CONFIGS / "music_continuation.yaml"), "--config", str(CONFIGS / "music_continuation_tiny.yaml")]
-RUN = Path("outputs/music_continuation")  # where the config writes, relative to the working folder
+RUN = Path("outputs/music_continuation/lightning_logs/version_0")  # where the config writes, relative to the working folder
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_fit_checkpoint_reload_resume_and_generate(music_args, tmp_path):
     main(["fit", *music_args])
     last = tmp_path / RUN / "checkpoints" / "last.ckpt"
     assert last.is_file()
-    assert list((tmp_path / RUN).glob("logs/version_0/samples/epoch_0/sample_0.mid")), "sample callback wrote no MIDI"
+    assert list((tmp_path / RUN).glob("samples/epoch_0/sample_0.mid")), "sample callback wrote no MIDI"
 
     # Reload without unpickling; same weights give the same logits as the saved state dict.
     task, tokenizer = load_task(last)

@@ -18,7 +18,7 @@ from tasks.checkpoint import load_task
 from tasks.cli import COMMANDS, main
 
 pytest.importorskip("transformers")
-RUN = "outputs/text_lm_finetune"
+RUN = "outputs/text_lm_finetune/lightning_logs/version_0"
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ VIT = [
     "--config",
     str(CONFIGS / "image_classification_tiny.yaml"),
 ]
-RUN = Path("outputs/image_classification")  # where the config writes, relative to the working folder
+RUN = Path("outputs/image_classification/lightning_logs/version_0")  # where the config writes, relative to the working folder
 
 
 @pytest.fixture
@@ -46,8 +46,8 @@ def test_cli_fit_checkpoint_reload_predict(vit_args, tmp_path):
     run = tmp_path / RUN
     last = run / "checkpoints" / "last.ckpt"
     assert last.is_file()
-    assert list(run.glob("logs/version_0/confusion_matrix.png")), "no confusion matrix after validation"
-    assert (run / "logs/version_0/confusion_matrix.png").stat().st_size > 5000
+    assert list(run.glob("confusion_matrix.png")), "no confusion matrix after validation"
+    assert (run / "confusion_matrix.png").stat().st_size > 5000
 
     # Reload without unpickling: load_from_checkpoint and load_task give the trained model's logits.
     checkpoint = torch.load(last, weights_only=True)
@@ -64,7 +64,7 @@ def test_cli_fit_checkpoint_reload_predict(vit_args, tmp_path):
 
     # predict: one row per test image (2 batches of 16 in the tiny config) with the model's answer.
     main(["predict", *vit_args, f"--ckpt_path={last}"])
-    with (run / "predictions.csv").open() as file:
+    with (tmp_path / "outputs/image_classification/predictions.csv").open() as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == 32 and list(rows[0]) == ["file", "prediction", "probability"]
     test_split = cli.datamodule.split("test")

@@ -68,9 +68,9 @@ def test_shipped_override_configs_parse_and_build(extra, task):
 
 def test_image_generation_fit_reload_and_generate(tmp_path):
     main(["fit", *GENERATION])
-    run = tmp_path / "outputs/image_generation"
+    run = tmp_path / "outputs/image_generation/lightning_logs/version_0"
     last = run / "checkpoints/last.ckpt"
-    grid = run / "logs/version_0/samples/epoch_0.png"
+    grid = run / "samples/epoch_0.png"
     assert last.is_file() and grid.stat().st_size > 100, "no checkpoint or no validation sample grid"
 
     task, tokenizer = load_task(last)  # torch.load(weights_only=True) inside
@@ -91,9 +91,9 @@ def test_image_generation_fit_reload_and_generate(tmp_path):
 
 def test_super_resolution_fit_and_generate_an_odd_sized_image(tmp_path):
     main(["fit", *SUPER_RESOLUTION])
-    run = tmp_path / "outputs/super_resolution"
+    run = tmp_path / "outputs/super_resolution/lightning_logs/version_0"
     last = run / "checkpoints/last.ckpt"
-    assert last.is_file() and (run / "logs/version_0/samples/epoch_0.png").is_file()
+    assert last.is_file() and (run / "samples/epoch_0.png").is_file()
     task, tokenizer = load_task(last)
     assert tokenizer is None and task.config.scale == 2
 
@@ -110,7 +110,7 @@ def test_autoregressive_super_resolution_fits_and_samples(tmp_path):
     main(["fit", *SUPER_RESOLUTION, "--config", str(CONFIGS / "super_resolution_autoregressive.yaml"),
           "--config", str(CONFIGS / "super_resolution_tiny.yaml"), "--data.init_args.crop_size=8",
           "--model.init_args.model.decoder_layers=1", "--model.init_args.num_val_samples=2"])  # fmt: skip
-    last = next((tmp_path / "outputs/super_resolution/checkpoints").glob("last*.ckpt"))
+    last = next((tmp_path / "outputs/super_resolution/lightning_logs/version_0/checkpoints").glob("last*.ckpt"))
     task, _ = load_task(last)
     assert isinstance(task, AutoregressiveSuperResolution)
     assert task(torch.rand(1, 3, 4, 4)).shape == (1, 3, 8, 8)

@@ -23,11 +23,11 @@ def trained(tmp_path_factory):
         main(["fit", *MUSIC])
     finally:
         os.chdir(previous)
-    return folder / "outputs" / "music_continuation"
+    return folder / "outputs" / "music_continuation" / "lightning_logs" / "version_0"
 
 
 def test_sample_callback_logs_every_overlap_and_the_scalars(trained):
-    events = EventAccumulator(str(next(trained.glob("logs/version_0")))).Reload()
+    events = EventAccumulator(str(trained)).Reload()
     tags = set(events.Tags()["scalars"])
     for feature in FEATURES:
         assert f"sample_{feature}_overlap" in tags
@@ -58,7 +58,7 @@ def test_sample_stats_refuses_a_checkpoint_of_another_task(tmp_path, monkeypatch
     text = [arg.replace("music_continuation", "text_lm") for arg in MUSIC]
     monkeypatch.chdir(tmp_path)
     main(["fit", *text, "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1"])
-    last = next((tmp_path / "outputs/text_lm/checkpoints").glob("last*.ckpt"))
+    last = next((tmp_path / "outputs/text_lm/lightning_logs/version_0/checkpoints").glob("last*.ckpt"))
     with pytest.raises(SystemExit):
         main(["sample-stats", "--checkpoint", str(last)])
     assert "not a music model" in capsys.readouterr().err

@@ -8,6 +8,7 @@ device. The compiled model is held to the eager one on the same batch. On a CPU 
 
 import copy
 import functools
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -54,7 +55,7 @@ def _finite_parameters(module: torch.nn.Module) -> bool:
 
 @pytest.fixture
 def root(tmp_path, monkeypatch):
-    from conftest import ROOT
+    ROOT = Path(__file__).resolve().parents[2]
 
     monkeypatch.chdir(tmp_path)  # outputs of the runs land in tmp_path
     return ROOT

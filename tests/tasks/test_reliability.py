@@ -28,8 +28,8 @@ def runs(tmp_path_factory):
         main(["fit", *TEXT, "--trainer.max_steps", "1"])
     finally:
         os.chdir(previous)
-    return {"music": folder / "outputs/music_continuation/checkpoints/last.ckpt",
-            "text": folder / "outputs/text_lm/checkpoints/last.ckpt"}  # fmt: skip
+    return {"music": folder / "outputs/music_continuation/lightning_logs/version_0/checkpoints/last.ckpt",
+            "text": folder / "outputs/text_lm/lightning_logs/version_0/checkpoints/last.ckpt"}  # fmt: skip
 
 
 def one_line_error(argv, capsys, monkeypatch) -> str:
@@ -182,7 +182,7 @@ def test_images_for_super_resolution_are_checked_and_deep_images_rescaled(tmp_pa
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", str(CONFIGS / "super_resolution.yaml"), "--config", str(CONFIGS / "super_resolution_tiny.yaml"),
           "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1"])  # fmt: skip
-    last = next((tmp_path / "outputs/super_resolution/checkpoints").glob("last*.ckpt"))
+    last = next((tmp_path / "outputs/super_resolution/lightning_logs/version_0/checkpoints").glob("last*.ckpt"))
     (tmp_path / "noise.png").write_bytes(bytes(range(256)))
     Image.fromarray(np.zeros((1, 1, 3), dtype=np.uint8)).save(tmp_path / "dot.png")
     for argv, expected in ((["--input", tmp_path], "folder"), (["--input", tmp_path / "noise.png"], "not a readable image"),
