@@ -111,7 +111,7 @@ def _implementation(name: str, table, query_offset: int):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     def ours(q, k, v):
-        return attend(q, k, v, causal=True, relative=table, query_offset=query_offset)
+        return attend(q, k, v, causal=True, position=table, query_offset=query_offset)
 
     def naive_shaw(q, k, v):
         length = q.shape[-2]

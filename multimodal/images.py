@@ -104,7 +104,7 @@ def sample_high_res(
     height, width = low_res.shape[-2] * config.scale, low_res.shape[-1] * config.scale
     prompt = torch.full((low_res.shape[0], 1), model.bos_id, dtype=torch.long, device=low_res.device)
     tokens = generate(
-        _Bound(model, condition), prompt, height * width * config.channels, temperature=temperature,
+        _Bound(model, condition, state_of_extra=True), prompt, height * width * config.channels, temperature=temperature,
         top_k=top_k, top_p=top_p, generator=generator, use_cache=use_cache, progress=progress,
     )  # fmt: skip
     model.train(was_training)
@@ -214,15 +214,20 @@ def blend_weights(starts: list[int], start: int, length: int, tile: int, scale: 
 
 
 class _Bound(nn.Module):
-    """Binds a model's extra inputs so :func:`~multimodal.generation.generate` can call ``model(tokens, state=...)``."""
+    """Binds a model's extra inputs so :func:`~multimodal.generation.generate` can call ``model(tokens, state=...)``.
 
-    def __init__(self, model: nn.Module, extra) -> None:
+    ``state_of_extra``: the model's ``new_state`` takes the extra input too (the conditional
+    decoder's grid width comes with its condition).
+    """
+
+    def __init__(self, model: nn.Module, extra, state_of_extra: bool = False) -> None:
         super().__init__()
         self.model = model
         self.extra = extra
+        self.state_of_extra = state_of_extra
 
     def forward(self, tokens: Tensor, state=None) -> Tensor:
         return self.model(tokens, self.extra, state=state)
 
     def new_state(self):
-        return self.model.new_state()
+        return self.model.new_state(self.extra) if self.state_of_extra else self.model.new_state()

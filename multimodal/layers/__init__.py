@@ -5,14 +5,22 @@ from multimodal.layers.attention import MultiHeadAttention
 from multimodal.layers.block import FeedForward, TransformerBlock
 from multimodal.layers.cache import DecodingState, KVCache
 from multimodal.layers.config import TransformerConfig
-from multimodal.layers.local import LocalAttention, set_grid_width
+from multimodal.layers.local import LocalAttention
 from multimodal.layers.loss import linear_cross_entropy
-from multimodal.layers.position import LearnedPositions, SinusoidalPositions
+from multimodal.layers.positions import (
+    ALiBiPositions,
+    AttentionPosition,
+    LearnedPositions,
+    RotaryPositions,
+    SinusoidalPositions,
+)
 from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
 from multimodal.layers.relative2d import RelativePosition2D
 from multimodal.layers.stack import Decoder, Encoder, TransformerStack, compile_blocks
 
 __all__ = [
+    "ALiBiPositions",
+    "AttentionPosition",
     "Decoder",
     "DecodingState",
     "Encoder",
@@ -23,6 +31,7 @@ __all__ = [
     "MultiHeadAttention",
     "RelativePosition2D",
     "RelativePositionEmbedding",
+    "RotaryPositions",
     "SinusoidalPositions",
     "TransformerBlock",
     "TransformerConfig",
@@ -32,5 +41,4 @@ __all__ = [
     "compile_blocks",
     "linear_cross_entropy",
     "relative_attention",
-    "set_grid_width",
 ]

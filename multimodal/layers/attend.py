@@ -2,15 +2,15 @@
 
 Two paths compute the same thing:
 
-* :func:`attend` — the fast path used by the model: ``scaled_dot_product_attention`` when no
-  position term enters the logits or when it comes as a ready ``bias`` (2D relative positions,
-  :mod:`multimodal.layers.relative2d`), the skewed query-blocked kernel of
-  :mod:`multimodal.layers.relative` when 1D relative positions do (FlexAttention on a GPU);
+* :func:`attend` — the fast path used by the model: the position scheme's fused kernel when it
+  has one (the skewed relative kernel of :mod:`multimodal.layers.relative`, FlexAttention on a
+  GPU; query-blocked ALiBi), else ``scaled_dot_product_attention`` with the scheme's logits bias
+  (none for rotary, which turned q and k before);
 * :func:`attend_reference` — plain PyTorch that materialises every logit. Slow and quadratic in
   memory, but obviously correct: the tests hold the fast path to it.
 
 Shapes: ``q`` is ``(batch, heads, q_len, head_dim)``; ``k`` and ``v`` are
-``(batch, heads, k_len, head_dim)``; queries sit at absolute positions
+``(batch, kv_heads, k_len, head_dim)``; queries sit at absolute positions
 ``query_offset .. query_offset + q_len - 1`` and keys at ``0 .. k_len - 1`` (this is what makes
 causal masks and relative distances right during cached decoding).
 """
@@ -23,11 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from multimodal.layers.relative import (
-    RelativePositionEmbedding,
-    relative_attention,
-    relative_logits_reference,
-)
+from multimodal.layers.positions.base import AttentionPosition
 
 
 def attend(
@@ -38,31 +34,32 @@ def attend(
     causal: bool,
     query_offset: int = 0,
     key_padding_mask: Tensor | None = None,
-    relative: RelativePositionEmbedding | None = None,
-    bias: Tensor | None = None,
+    position: AttentionPosition | None = None,
     dropout_p: float = 0.0,
 ) -> Tensor:
     """Fast attention; returns ``(batch, heads, q_len, head_dim)``.
 
     Args:
         q: ``(batch, heads, q_len, head_dim)``.
-        k: ``(batch, heads, k_len, head_dim)``.
-        v: ``(batch, heads, k_len, head_dim)``.
+        k: ``(batch, kv_heads, k_len, head_dim)``; ``kv_heads`` divides ``heads`` (grouped-query
+            attention: each key/value head serves a group of adjacent query heads).
+        v: ``(batch, kv_heads, k_len, head_dim)``.
         causal: Query at absolute position ``i`` sees keys ``j <= i`` only.
         query_offset: Absolute position of the first query (cached decoding).
         key_padding_mask: ``(batch, k_len)`` bool, True for keys to ignore.
-        relative: Relative distance table; None for attention without a position term.
-        bias: Float logits bias broadcastable to ``(batch, heads, q_len, k_len)``, added after the
-            ``1 / sqrt(head_dim)`` scaling (e.g. :class:`~multimodal.layers.RelativePosition2D`).
+        position: The layer's position scheme: its fused kernel if it has one for these shapes,
+            else its logits bias (:class:`~multimodal.layers.positions.base.AttentionPosition`).
         dropout_p: Dropout on attention probabilities (0.0 in eval mode).
     """
-    if relative is not None and bias is not None:
-        raise ValueError("pass either a 1D `relative` table or a logits `bias`, not both")
-    if relative is not None:
-        return relative_attention(
-            q, k, v, relative, causal=causal, query_offset=query_offset,
+    bias = None
+    if position is not None:
+        fused = position.attend(
+            *_with_query_heads(q, k, v), causal=causal, query_offset=query_offset,
             key_padding_mask=key_padding_mask, dropout_p=dropout_p,
         )  # fmt: skip
+        if fused is not None:
+            return fused
+        bias = position.bias(q, *_positions(q.shape[-2], k.shape[-2], query_offset, q.device))
     q_len, k_len = q.shape[-2], k.shape[-2]
     simple_causal = causal and q_len == k_len and key_padding_mask is None and bias is None
     # A cached decoding step: one query at the newest position sees every key, so no mask is needed.
@@ -72,7 +69,9 @@ def attend(
         mask = _allowed(q_len, k_len, causal, query_offset, key_padding_mask, q.device)
     if bias is not None:
         mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal, enable_gqa=k.shape[1] != q.shape[1]
+    )
 
 
 def attend_reference(
@@ -83,22 +82,38 @@ def attend_reference(
     causal: bool,
     query_offset: int = 0,
     key_padding_mask: Tensor | None = None,
-    relative: RelativePositionEmbedding | None = None,
-    bias: Tensor | None = None,
+    position: AttentionPosition | None = None,
     dropout_p: float = 0.0,
 ) -> Tensor:
-    """Plain-PyTorch attention with every logit materialised; same arguments as :func:`attend`."""
-    logits = q @ k.transpose(-1, -2)  # (b, h, q, k)
-    if relative is not None:
-        logits = logits + relative_logits_reference(q, relative, k.shape[-2], query_offset)
-    logits = logits / math.sqrt(q.shape[-1])
-    if bias is not None:
-        logits = logits + bias
+    """Plain-PyTorch attention with every logit materialised; same arguments as :func:`attend`.
+
+    The position enters only through its pair-by-pair :meth:`~AttentionPosition.bias`, never its fused kernel.
+    """
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    logits = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # (b, h, q, k)
+    if position is not None:
+        bias = position.bias(q, *_positions(q.shape[-2], k.shape[-2], query_offset, q.device))
+        if bias is not None:
+            logits = logits + bias
     allowed = _allowed(q.shape[-2], k.shape[-2], causal, query_offset, key_padding_mask, q.device)
     if allowed is not None:
         logits = logits.masked_fill(~allowed, torch.finfo(logits.dtype).min)
     probs = F.dropout(torch.softmax(logits, dim=-1), p=dropout_p, training=dropout_p > 0)
     return probs @ v
+
+
+def _positions(q_len: int, k_len: int, query_offset: int, device) -> tuple[Tensor, Tensor]:
+    """Absolute query positions ``(q, 1)`` and key positions ``(1, k)``: queries from ``query_offset``, keys from 0."""
+    return (torch.arange(q_len, device=device)[:, None] + query_offset, torch.arange(k_len, device=device)[None, :])
+
+
+def _with_query_heads(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``q, k, v`` with keys and values repeated to the query heads, for fused position kernels."""
+    groups = q.shape[1] // k.shape[1]
+    if groups == 1:
+        return q, k, v
+    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
 
 def _allowed(

@@ -8,29 +8,43 @@ from multimodal.layers.attention import MultiHeadAttention
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.config import TransformerConfig
 from multimodal.layers.local import LocalAttention
+from multimodal.layers.positions.build import attention_position
 
 _ACTIVATIONS = {
     "gelu": lambda: nn.GELU(),
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
     "relu": lambda: nn.ReLU(),
+    "silu": lambda: nn.SiLU(),
+    "swiglu": lambda: nn.SiLU(),  # gated: silu(gate(x)) * up(x)
 }
+
+
+def norm_layer(config: TransformerConfig) -> nn.Module:
+    """The block's normalisation: ``LayerNorm`` (GPT-2, ViT) or ``RMSNorm`` (Llama), with ``config.norm_eps``."""
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.dim, eps=config.norm_eps)
+    return nn.LayerNorm(config.dim, eps=config.norm_eps)
 
 
 class FeedForward(nn.Module):
     """Position-wise ``Linear -> activation -> Linear -> dropout``; ``(batch, seq, dim)`` in and out.
 
+    With ``activation="swiglu"`` it is gated (Shazeer 2020, the Llama MLP):
+    ``down(silu(gate(x)) * up(x))``, a third ``dim -> hidden_dim`` matrix ``gate``.
+
     Args:
         dim: Input and output width.
         hidden_dim: Inner width.
-        activation: ``"gelu"``, ``"gelu_tanh"`` or ``"relu"``.
+        activation: ``"gelu"``, ``"gelu_tanh"``, ``"relu"``, ``"silu"`` or ``"swiglu"``.
         dropout: Dropout on the output.
-        bias: Bias in both linear layers.
+        bias: Bias in the linear layers.
     """
 
     def __init__(self, dim: int, hidden_dim: int, activation: str = "gelu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}")
+        self.gate = nn.Linear(dim, hidden_dim, bias=bias) if activation == "swiglu" else None
         self.up = nn.Linear(dim, hidden_dim, bias=bias)
         self.activation = _ACTIVATIONS[activation]()
         self.down = nn.Linear(hidden_dim, dim, bias=bias)
@@ -38,6 +52,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(batch, seq, dim) -> (batch, seq, dim)``."""
+        if self.gate is not None:
+            return self.dropout(self.down(self.activation(self.gate(x)) * self.up(x)))
         return self.dropout(self.down(self.activation(self.up(x))))
 
 
@@ -45,29 +61,29 @@ class TransformerBlock(nn.Module):
     """Pre-norm block: ``x + attn(norm(x))``, optionally ``+ cross_attn(norm(x), context)``, ``+ ff(norm(x))``.
 
     Args:
-        config: Sizes and options; ``config.position == "relative"`` gives the self-attention its
-            own relative distance table, ``"relative2d"`` its own row and column offset tables.
+        config: Sizes and options; ``config.position`` gives the self-attention its position
+            scheme (:func:`~multimodal.layers.positions.build.attention_position`), ``config.norm``
+            and ``config.activation`` the Llama block (``rmsnorm``, ``swiglu``, ``bias=False``).
         causal: Mask future positions in self-attention.
+        local: The stack's local pattern, shared by its blocks; None for full attention.
     """
 
-    def __init__(self, config: TransformerConfig, causal: bool) -> None:
+    def __init__(self, config: TransformerConfig, causal: bool, local: LocalAttention | None = None) -> None:
         super().__init__()
-        local = LocalAttention.from_config(config, causal)  # None for full attention
-        relative = config.max_relative_distance if config.position == "relative" and local is None else None
-        grid = config.grid_size if config.position == "relative2d" else None
-        self.norm_attention = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.norm_attention = norm_layer(config)
         self.attention = MultiHeadAttention(
-            config.dim, config.num_heads, causal=causal, relative_max_distance=relative, relative_2d_grid=grid,
-            dropout=config.attention_dropout, bias=config.bias, impl=config.attention_impl, local=local,
+            config.dim, config.num_heads, causal=causal, position=attention_position(config, causal), local=local,
+            num_kv_heads=config.num_kv_heads, dropout=config.attention_dropout, bias=config.bias,
+            impl=config.attention_impl,
         )  # fmt: skip
         self.norm_cross = self.cross_attention = None
         if config.cross_attention:
-            self.norm_cross = nn.LayerNorm(config.dim, eps=config.norm_eps)
+            self.norm_cross = norm_layer(config)
             self.cross_attention = MultiHeadAttention(
-                config.dim, config.num_heads, context_dim=config.context_dim,
+                config.dim, config.num_heads, context_dim=config.context_dim, num_kv_heads=config.num_kv_heads,
                 dropout=config.attention_dropout, bias=config.bias, impl=config.attention_impl,
             )  # fmt: skip
-        self.norm_ff = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.norm_ff = norm_layer(config)
         self.ff = FeedForward(config.dim, config.ff_dim, config.activation, config.dropout, config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -81,6 +97,7 @@ class TransformerBlock(nn.Module):
         state: DecodingState | None = None,
         layer: int = 0,
         num_queries: int | None = None,
+        grid_width: int | None = None,
     ) -> Tensor:
         """``(batch, seq, dim) -> (batch, seq, dim)``, or ``(batch, num_queries, dim)``.
 
@@ -94,12 +111,13 @@ class TransformerBlock(nn.Module):
             num_queries: Compute only the first ``num_queries`` outputs: they attend to every
                 position, and the rest of the block runs on them alone (see
                 :meth:`MultiHeadAttention.forward`).
+            grid_width: Tokens per grid row of a ``local2d`` pattern, for inputs of varying size.
         """
         cache = state.layers[layer] if state is not None else None
         offset = state.position if state is not None else 0
         attended = self.attention(
             self.norm_attention(x), key_padding_mask=key_padding_mask, cache=cache, query_offset=offset,
-            num_queries=num_queries,
+            num_queries=num_queries, grid_width=grid_width,
         )  # fmt: skip
         x = x[:, :num_queries] + self.dropout(attended)
         if self.cross_attention is not None:

@@ -72,6 +72,8 @@ class DecodingState:
     Args:
         num_layers: Blocks in the stack.
         window: Past positions each cache must keep (local attention); None keeps all.
+        grid_width: Tokens per grid row of the sequence being decoded (``local2d`` attention of
+            inputs of varying size); the stack reads it at every step.
 
     Attributes:
         layers: One self-attention :class:`KVCache` per block.
@@ -81,8 +83,9 @@ class DecodingState:
             model keeps a transposed copy of its output matrix here).
     """
 
-    def __init__(self, num_layers: int, window: int | None = None) -> None:
+    def __init__(self, num_layers: int, window: int | None = None, grid_width: int | None = None) -> None:
         self.layers = [KVCache(window) for _ in range(num_layers)]
+        self.grid_width = grid_width
         self.cross: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
         self.position = 0
         self.memo: dict[str, Tensor] = {}

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-PositionScheme = Literal["none", "sinusoidal", "learned", "relative", "relative2d"]
-Activation = Literal["gelu", "gelu_tanh", "relu"]
+PositionScheme = Literal["none", "sinusoidal", "learned", "relative", "relative2d", "rotary", "alibi"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu"]
+Norm = Literal["layernorm", "rmsnorm"]
+RotaryScaling = Literal["none", "linear", "ntk"]
 AttentionPattern = Literal["full", "local1d", "local2d"]
 
 
@@ -25,19 +27,32 @@ class TransformerConfig:
         ff_dim: Hidden width of the feed-forward network; ``None`` means ``4 * dim``.
         dropout: Dropout after attention, in the feed-forward network and on the input embeddings.
         attention_dropout: Dropout on the attention probabilities.
-        position: How attention knows where tokens are. ``"none"``; ``"sinusoidal"`` or
+        position: How attention knows where tokens are (:mod:`multimodal.layers.positions`;
+            costs and extrapolation in ``docs/attention.md``). ``"none"``; ``"sinusoidal"`` or
             ``"learned"`` absolute embeddings added to the input; ``"relative"`` learned per-distance
             embeddings inside every attention layer (Shaw et al. 2018, computed with the Music
             Transformer skew); ``"relative2d"`` learned row- and column-offset embeddings inside
             every attention layer for tokens on a ``grid_size`` grid (image patches; see
-            :mod:`multimodal.layers.relative2d`).
+            :mod:`multimodal.layers.relative2d`); ``"rotary"`` queries and keys turned by their
+            position (RoPE, Su et al. 2021; ``rotary_*``); ``"alibi"`` a fixed linear distance
+            penalty per head (Press et al. 2022).
         max_seq_len: Longest sequence the absolute position tables cover (and the default
             relative clipping distance).
         max_relative_distance: Relative distances are clipped to ``[-k, k]``; ``None`` means
             ``max_seq_len - 1`` (no clipping within the trained length).
-        activation: Feed-forward non-linearity; ``gelu_tanh`` is GPT-2's approximation.
-        norm_eps: Epsilon of the LayerNorms.
-        bias: Whether linear layers have a bias.
+        activation: Feed-forward non-linearity; ``gelu_tanh`` is GPT-2's approximation;
+            ``swiglu`` the gated feed-forward of Llama (a third matrix).
+        norm: ``"layernorm"`` or ``"rmsnorm"`` (Llama), before attention, feed-forward and at the end.
+        norm_eps: Epsilon of the norms.
+        bias: Whether linear layers have a bias (Llama: False).
+        num_kv_heads: Key/value heads; None: ``num_heads``. Fewer share each key/value head among
+            ``num_heads / num_kv_heads`` query heads (grouped-query attention; 1 is multi-query),
+            and the KV cache shrinks by that factor.
+        rotary_base: ``position="rotary"``: frequency base (10,000; Llama 3 uses 500,000).
+        rotary_fraction: Share of each head's features that rotate (GPT-NeoX's ``rotary_pct``).
+        rotary_scaling: ``"none"``, ``"linear"`` (position interpolation) or ``"ntk"``, for
+            contexts ``rotary_scale`` times longer than trained.
+        rotary_scale: The factor of ``rotary_scaling``.
         cross_attention: Whether each block also attends to an encoder's output (decoders of
             encoder-decoder models).
         context_dim: Width of that encoder output; ``None`` means ``dim``.
@@ -55,8 +70,8 @@ class TransformerConfig:
             memory linear in ``seq_len``; cached decoding keeps only the keys still visible. With
             ``position="relative"`` it learns 1D distance or 2D (row, column) offset embeddings.
         local_window: ``local1d``: keys per query, itself included.
-        local_grid_width: ``local2d``: tokens per grid row; None lets a model set it at run time
-            (:func:`multimodal.layers.local.set_grid_width`).
+        local_grid_width: ``local2d``: tokens per grid row; None lets a model give it with each
+            input (``grid_width=`` of the stack's forward).
         local_query_shape: ``local2d``: ``(rows, cols)`` of a query block.
         local_memory_shape: ``local2d``: ``(rows, cols)`` the memory block adds above the query
             block and on each side of it.
@@ -72,8 +87,14 @@ class TransformerConfig:
     max_seq_len: int = 2048
     max_relative_distance: int | None = None
     activation: Activation = "gelu"
+    norm: Norm = "layernorm"
     norm_eps: float = 1e-5
     bias: bool = True
+    num_kv_heads: int | None = None
+    rotary_base: float = 10_000.0
+    rotary_fraction: float = 1.0
+    rotary_scaling: RotaryScaling = "none"
+    rotary_scale: float = 1.0
     cross_attention: bool = False
     context_dim: int | None = None
     attention_impl: Literal["fast", "reference"] = "fast"
@@ -92,6 +113,13 @@ class TransformerConfig:
             )
         if self.ff_dim is None:
             self.ff_dim = 4 * self.dim
+        if self.num_kv_heads is not None and (self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads):
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
+                f"(1: multi-query, num_heads: ordinary multi-head attention)"
+            )
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
         if self.context_dim is None:
             self.context_dim = self.dim
         if self.max_relative_distance is None:

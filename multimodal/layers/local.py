@@ -17,14 +17,16 @@ bidirectionally), so a forward pass computes ``seq_len × memory`` logits instea
 ``seq_len²``; the exact pattern inside a block is a boolean mask, and the blocks go through
 ``scaled_dot_product_attention`` as one batch.
 
-**Cached decoding** only needs the last :attr:`LocalAttention.lookback` keys: the stack gives
+**Cached decoding** only needs the last :meth:`LocalAttention.lookback` keys: the stack gives
 :class:`~multimodal.layers.cache.KVCache` that window, so each decoding step costs ``O(window)``
 however long the sequence already is.
 
-**Relative positions** (``position="relative"``): the logit of query ``i`` and key ``j`` gains
-``q_i · E[j - i]`` (1D), or ``q_i · (E_row[Δrow] + E_col[Δcol])`` (2D, on the grid), with the
-learned tables of :class:`~multimodal.layers.relative.RelativePositionEmbedding`. Offsets inside a
-memory block are bounded, so the tables never clip.
+**Positions** come from the attention layer's position scheme, asked for the bias of each block
+(:class:`~multimodal.layers.positions.base.AttentionPosition`): ``relative`` gives ``q_i · E[j - i]``
+(1D) or ``q_i · (E_row[Δrow] + E_col[Δcol])`` (2D, :class:`~multimodal.layers.positions.grid.GridOffsets`),
+with tables that never clip inside a memory block; ALiBi its distance bias; rotary turned q and k
+before. The pattern itself has no parameters: one instance serves every layer of a stack and keeps
+the block layouts it has computed.
 
 Shape legend: ``b`` batch, ``h`` heads, ``n`` query blocks, ``q`` queries per block, ``m`` memory
 slots per block, ``d`` head_dim.
@@ -40,7 +42,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from multimodal.layers.relative import RelativePositionEmbedding
+from multimodal.layers.positions.base import AttentionPosition
+from multimodal.layers.positions.grid import GridOffsets
 
 if TYPE_CHECKING:
     from multimodal.layers.config import TransformerConfig
@@ -57,23 +60,18 @@ class LocalAttention(nn.Module):
     k_len - 1`` (a windowed KV cache has forgotten the keys before ``key_offset``).
 
     Args:
-        num_heads: Attention heads (each has its own relative tables).
-        head_dim: Width of one head.
         pattern: ``"local1d"`` or ``"local2d"``.
         causal: Keys after the query are masked (decoders).
         window: ``local1d``: keys a query sees, itself included (per side, bidirectional).
         grid_width: ``local2d``: tokens per grid row (``width * channels`` for raster pixels). May be
-            left None and set before use with :func:`set_grid_width` (models whose inputs vary in size).
+            left None and given to each call (models whose inputs vary in size).
         query_shape: ``local2d``: ``(rows, cols)`` of a query block.
         memory_shape: ``local2d``: ``(rows, cols)`` the memory block adds above (and below, bidirectional)
             and on each side of the query block.
-        relative: Learn relative position embeddings (1D distance, or 2D row and column offset).
     """
 
     def __init__(
         self,
-        num_heads: int,
-        head_dim: int,
         pattern: LocalPattern,
         *,
         causal: bool,
@@ -81,7 +79,6 @@ class LocalAttention(nn.Module):
         grid_width: int | None = None,
         query_shape: tuple[int, int] = (8, 8),
         memory_shape: tuple[int, int] = (8, 8),
-        relative: bool = False,
     ) -> None:
         super().__init__()
         if pattern not in ("local1d", "local2d"):
@@ -96,51 +93,37 @@ class LocalAttention(nn.Module):
         self.pattern, self.causal, self.window = pattern, causal, window
         self.query_shape, self.memory_shape = query_shape, memory_shape
         self.grid_width = grid_width
-        self.tables = nn.ModuleDict()
-        if relative and pattern == "local1d":
-            self.tables["distance"] = RelativePositionEmbedding(
-                num_heads, head_dim, max(window - 1, 1), causal
-            )
-        elif relative:
-            (rows, cols), (memory_rows, memory_cols) = query_shape, memory_shape
-            self.tables["rows"] = RelativePositionEmbedding(
-                num_heads, head_dim, max(rows - 1 + memory_rows, 1), causal
-            )
-            self.tables["cols"] = RelativePositionEmbedding(
-                num_heads, head_dim, max(cols - 1 + memory_cols, 1), False
-            )
+        self._layouts: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}  # (geometry, length, device) -> layout
 
     @classmethod
     def from_config(cls, config: TransformerConfig, causal: bool) -> LocalAttention | None:
-        """The local core a block of ``config`` uses; None for ``attention="full"``."""
+        """The local pattern the blocks of ``config`` share; None for ``attention="full"``."""
         if config.attention == "full":
             return None
         return cls(
-            config.num_heads, config.head_dim, config.attention, causal=causal, window=config.local_window,
-            grid_width=config.local_grid_width, query_shape=config.local_query_shape,
-            memory_shape=config.local_memory_shape, relative=config.position == "relative",
+            config.attention, causal=causal, window=config.local_window, grid_width=config.local_grid_width,
+            query_shape=config.local_query_shape, memory_shape=config.local_memory_shape,
         )  # fmt: skip
 
-    @property
-    def lookback(self) -> int | None:
+    def lookback(self, grid_width: int | None = None) -> int | None:
         """Largest ``i - j`` a query ``i`` can see: the keys a decoding cache must keep. None if bidirectional."""
         if not self.causal:
             return None
         if self.pattern == "local1d":
             return self.window - 1
         (rows, cols), (memory_rows, memory_cols) = self.query_shape, self.memory_shape
-        return (rows - 1 + memory_rows) * self._grid() + cols - 1 + memory_cols
+        return (rows - 1 + memory_rows) * self._grid(grid_width) + cols - 1 + memory_cols
 
     # ----------------------------------------------------------------------------------------------
     # The pattern
     # ----------------------------------------------------------------------------------------------
 
-    def allowed(self, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+    def allowed(self, query_pos: Tensor, key_pos: Tensor, grid_width: int | None = None) -> Tensor:
         """True where query position ``query_pos`` may attend to key position ``key_pos`` (broadcast)."""
         if self.pattern == "local1d":
             distance = query_pos - key_pos
             return (distance >= 0) & (distance < self.window) if self.causal else distance.abs() < self.window
-        width = self._grid()
+        width = self._grid(grid_width)
         (rows, cols), (memory_rows, memory_cols) = self.query_shape, self.memory_shape
         query_row, query_col = query_pos // width, query_pos % width
         key_row, key_col = key_pos // width, key_pos % width
@@ -154,40 +137,24 @@ class LocalAttention(nn.Module):
         )
         return inside & (key_pos <= query_pos) if self.causal else inside
 
-    def relative_logits(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor | None:
-        """Unscaled ``q · E[offset]`` for every (query, key) pair; None without relative tables.
-
-        Args:
-            q: ``(batch, heads, ..., q_len, head_dim)``.
-            query_pos: Absolute query positions, ``(..., q_len, 1)``-broadcastable.
-            key_pos: Absolute key positions, broadcastable against ``query_pos`` to ``(..., q_len, k_len)``.
-        """
-        if not len(self.tables):
+    def position_bias(
+        self, position: AttentionPosition | None, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int | None
+    ) -> Tensor | None:
+        """The position scheme's (scaled) logit term for every (query, key) pair of the blocks; None without one."""
+        if position is None:
             return None
-        logits = None
-        for name, offset in self._offsets(query_pos, key_pos).items():
-            table = self.tables[name]
-            per_offset = torch.einsum("bh...qd,hrd->bh...qr", q, table.weight)  # (b, h, ..., q, offsets)
-            index = table.index(offset)
-            term = torch.gather(per_offset, -1, index.expand(*per_offset.shape[:-1], index.shape[-1]))
-            logits = term if logits is None else logits + term
-        return logits
+        if isinstance(position, GridOffsets):
+            return position.grid_bias(q, query_pos, key_pos, self._grid(grid_width))
+        return position.bias(q, query_pos, key_pos)
 
-    def _offsets(self, query_pos: Tensor, key_pos: Tensor) -> dict[str, Tensor]:
-        query_pos, key_pos = torch.broadcast_tensors(query_pos, key_pos)
-        if self.pattern == "local1d":
-            return {"distance": key_pos - query_pos}
-        width = self._grid()
-        return {"rows": key_pos // width - query_pos // width, "cols": key_pos % width - query_pos % width}
-
-    def _grid(self) -> int:
-        if self.grid_width is None or self.grid_width < 1:
+    def _grid(self, grid_width: int | None = None) -> int:
+        width = grid_width if grid_width is not None else self.grid_width
+        if width is None or width < 1:
             raise ValueError(
                 "local2d attention needs the grid width (tokens per row; width * channels for raster "
-                "pixels): set TransformerConfig.local_grid_width, or call "
-                "multimodal.layers.local.set_grid_width(model, width) before running the model"
+                "pixels): set TransformerConfig.local_grid_width, or pass grid_width= to the stack's forward"
             )
-        return self.grid_width
+        return width
 
     # ----------------------------------------------------------------------------------------------
     # Computation
@@ -203,6 +170,8 @@ class LocalAttention(nn.Module):
         key_offset: int = 0,
         key_padding_mask: Tensor | None = None,
         dropout_p: float = 0.0,
+        position: AttentionPosition | None = None,
+        grid_width: int | None = None,
     ) -> Tensor:
         """Fast local attention; returns ``(batch, heads, q_len, head_dim)``.
 
@@ -218,24 +187,24 @@ class LocalAttention(nn.Module):
             key_padding_mask: ``(batch, k_len)`` (or ``(batch, key_offset + k_len)``) bool, True for
                 keys to ignore.
             dropout_p: Dropout on the attention probabilities.
+            position: The layer's position scheme, asked for the bias of the pairs each block sees.
+            grid_width: ``local2d``: tokens per grid row of this call (else the one given at construction).
         """
         key_padding_mask = _align_padding(key_padding_mask, k.shape[-2], key_offset)
         if query_offset == 0 and key_offset == 0 and q.shape[-2] == k.shape[-2]:
-            return self._blocked(q, k, v, key_padding_mask, dropout_p)
+            return self._blocked(q, k, v, key_padding_mask, dropout_p, position, grid_width)
         first = 0
         if self.causal:  # keys further back than `lookback` are invisible to every query
-            first = min(max(query_offset - self.lookback - key_offset, 0), k.shape[-2])
+            first = min(max(query_offset - self.lookback(grid_width) - key_offset, 0), k.shape[-2])
         k, v = k[..., first:, :], v[..., first:, :]
         key_padding_mask = None if key_padding_mask is None else key_padding_mask[:, first:]
-        query_pos = torch.arange(q.shape[-2], device=q.device) + query_offset
-        key_pos = torch.arange(k.shape[-2], device=q.device) + key_offset + first
-        mask = self.allowed(query_pos[:, None], key_pos[None, :])  # (q, k)
+        query_pos = torch.arange(q.shape[-2], device=q.device)[:, None] + query_offset
+        key_pos = torch.arange(k.shape[-2], device=q.device)[None, :] + key_offset + first
+        mask = self.allowed(query_pos, key_pos, grid_width)  # (q, k)
         if key_padding_mask is not None:
             mask = mask & ~key_padding_mask[:, None, None, :]  # (b, 1, q, k)
-        bias = self.relative_logits(q, query_pos[:, None], key_pos[None, :])
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=_with_bias(mask, bias, q.shape[-1]), dropout_p=dropout_p
-        )
+        bias = self.position_bias(position, q, query_pos, key_pos, grid_width)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=_with_bias(mask, bias), dropout_p=dropout_p)
 
     def reference(
         self,
@@ -247,17 +216,18 @@ class LocalAttention(nn.Module):
         key_offset: int = 0,
         key_padding_mask: Tensor | None = None,
         dropout_p: float = 0.0,
+        position: AttentionPosition | None = None,
+        grid_width: int | None = None,
     ) -> Tensor:
         """Plain PyTorch with every ``(q_len, k_len)`` logit materialised; same arguments as :meth:`forward`."""
         key_padding_mask = _align_padding(key_padding_mask, k.shape[-2], key_offset)
         query_pos = torch.arange(q.shape[-2], device=q.device)[:, None] + query_offset
         key_pos = torch.arange(k.shape[-2], device=q.device)[None, :] + key_offset
-        logits = q @ k.transpose(-1, -2)  # (b, h, q, k)
-        relative = self.relative_logits(q, query_pos, key_pos)
-        if relative is not None:
-            logits = logits + relative
-        logits = logits / math.sqrt(q.shape[-1])
-        allowed = self.allowed(query_pos, key_pos)
+        logits = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # (b, h, q, k)
+        bias = self.position_bias(position, q, query_pos, key_pos, grid_width)
+        if bias is not None:
+            logits = logits + bias
+        allowed = self.allowed(query_pos, key_pos, grid_width)
         if key_padding_mask is not None:
             allowed = allowed & ~key_padding_mask[:, None, None, :]
         logits = logits.masked_fill(~allowed, torch.finfo(logits.dtype).min)
@@ -265,12 +235,19 @@ class LocalAttention(nn.Module):
         return probs @ v
 
     def _blocked(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, dropout_p: float
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        dropout_p: float,
+        position: AttentionPosition | None,
+        grid_width: int | None,
     ) -> Tensor:
         """Whole-sequence attention, one batch of query blocks against their memory blocks."""
-        blocks = self._blocking()
+        blocks = self._blocking(grid_width)
         # Positions in the query slots (n, q) and memory slots (n, m), and the pattern's mask (n, q, m).
-        query_slots, memory_slots, mask = self._layout(blocks, q.shape[-2], q.device)
+        query_slots, memory_slots, mask = self._layout(blocks, q.shape[-2], q.device, grid_width)
         query_pos, key_pos = query_slots.clamp(min=0)[:, :, None], memory_slots.clamp(min=0)[:, None, :]
         if key_padding_mask is not None:
             padding = key_padding_mask[:, None, :, None]  # (b, 1, L, 1): the block functions' layout
@@ -283,8 +260,8 @@ class LocalAttention(nn.Module):
         # Memory slots overlap; an index gather differentiates faster on CPU than unfold does.
         memory_index = memory_slots.clamp(min=0)
         k_blocks, v_blocks = k[:, :, memory_index], v[:, :, memory_index]  # (b, h, n, m, d)
-        bias = self.relative_logits(q_blocks, query_pos, key_pos)  # (b, h, n, q, m)
-        attn_mask = _with_bias(mask.unsqueeze(1), bias, q.shape[-1])  # (b or 1, 1 or h, n, q, m)
+        bias = self.position_bias(position, q_blocks, query_pos, key_pos, grid_width)  # (b or 1, h, n, q, m)
+        attn_mask = _with_bias(mask.unsqueeze(1), bias)  # (b or 1, 1 or h, n, q, m)
         # Blocks join the head axis so SDPA sees the 4-D layout its fused kernels want.
         attn_mask = attn_mask.expand(attn_mask.shape[0], q.shape[1], *attn_mask.shape[-3:])
         out = F.scaled_dot_product_attention(
@@ -293,45 +270,41 @@ class LocalAttention(nn.Module):
         )  # fmt: skip
         return blocks.merge(out.unflatten(1, (q.shape[1], -1)), q.shape[-2])
 
-    def _blocking(self) -> _Blocks1D | _Blocks2D:
+    def _blocking(self, grid_width: int | None) -> _Blocks1D | _Blocks2D:
         if self.pattern == "local1d":
             return _Blocks1D(self.window, self.causal)
-        return _Blocks2D(self._grid(), self.query_shape, self.memory_shape, self.causal)
+        return _Blocks2D(self._grid(grid_width), self.query_shape, self.memory_shape, self.causal)
 
-    def _layout(self, blocks: _Blocks1D | _Blocks2D, length: int, device: torch.device) -> tuple[Tensor, ...]:
+    def _layout(
+        self, blocks: _Blocks1D | _Blocks2D, length: int, device: torch.device, grid_width: int | None
+    ) -> tuple[Tensor, ...]:
         """Positions in the query slots ``(n, q)`` and memory slots ``(n, m)`` (-1: padding) and the mask ``(n, q, m)``.
 
-        Cached per geometry and length: every layer of a forward pass shares them.
+        Kept per geometry and length: every layer of a forward pass shares them (the stack's
+        blocks share this pattern).
         """
         key = (type(blocks).__name__, *vars(blocks).values(), length, str(device))
-        if key not in _LAYOUTS:
+        if key not in self._layouts:
             positions = torch.arange(length, device=device)[None, None, :, None]  # (1, 1, L, 1)
             query_slots = blocks.queries(positions, -1)[0, 0, ..., 0].contiguous()
             memory_slots = blocks.memory(positions, -1)[0, 0, ..., 0].contiguous()
             allowed = self.allowed(
-                query_slots.clamp(min=0)[:, :, None], memory_slots.clamp(min=0)[:, None, :]
+                query_slots.clamp(min=0)[:, :, None], memory_slots.clamp(min=0)[:, None, :], grid_width
             )
             # Padding queries (discarded in the end) may look anywhere, so that no row is fully masked.
             mask = (allowed & (memory_slots >= 0)[:, None, :]) | (query_slots < 0)[:, :, None]
-            if len(_LAYOUTS) >= 32:
-                _LAYOUTS.pop(next(iter(_LAYOUTS)))
-            _LAYOUTS[key] = (query_slots, memory_slots, mask)
-        return _LAYOUTS[key]
+            if len(self._layouts) >= 32:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = (query_slots, memory_slots, mask)
+        return self._layouts[key]
 
     def extra_repr(self) -> str:
         if self.pattern == "local1d":
-            return f"local1d, window={self.window}, causal={self.causal}, relative={bool(len(self.tables))}"
+            return f"local1d, window={self.window}, causal={self.causal}"
         return (
             f"local2d, grid_width={self.grid_width}, query_shape={self.query_shape}, "
-            f"memory_shape={self.memory_shape}, causal={self.causal}, relative={bool(len(self.tables))}"
+            f"memory_shape={self.memory_shape}, causal={self.causal}"
         )
-
-
-def set_grid_width(module: nn.Module, grid_width: int) -> None:
-    """Sets the grid width of every ``local2d`` attention inside ``module`` (models with varying input sizes)."""
-    for child in module.modules():
-        if isinstance(child, LocalAttention) and child.pattern == "local2d":
-            child.grid_width = grid_width
 
 
 # --------------------------------------------------------------------------------------------------
@@ -405,19 +378,16 @@ class _Blocks2D:
         return grid[:, :, :grid_rows, : self.width].flatten(2, 3)[:, :, :length]
 
 
-_LAYOUTS: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}
-
-
 # --------------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------------
 
 
-def _with_bias(mask: Tensor, bias: Tensor | None, head_dim: int) -> Tensor:
-    """SDPA's ``attn_mask``: the bool mask, or the scaled relative logits with ``-inf`` where masked."""
+def _with_bias(mask: Tensor, bias: Tensor | None) -> Tensor:
+    """SDPA's ``attn_mask``: the bool mask, or the position bias with ``-inf`` where masked."""
     if bias is None:
         return mask
-    return (bias / math.sqrt(head_dim)).masked_fill(~mask, float("-inf"))
+    return bias.masked_fill(~mask, float("-inf"))
 
 
 def _align_padding(key_padding_mask: Tensor | None, k_len: int, key_offset: int) -> Tensor | None:

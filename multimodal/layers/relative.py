@@ -35,13 +35,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from multimodal.layers.positions.base import AttentionPosition
 from multimodal.layers.relative_flex import FLEX_BAND_MAX_BYTES, band_bytes, flex_relative_attention
 
 Backend = Literal["auto", "skew", "flex"]
 
 
-class RelativePositionEmbedding(nn.Module):
-    """Learned embeddings for clipped relative distances, one table per head.
+class RelativePositionEmbedding(AttentionPosition):
+    """Learned embeddings for clipped relative distances, one table per head (the ``"relative"`` position).
+
+    As an :class:`~multimodal.layers.positions.base.AttentionPosition` it adds ``q_i · E[clip(j - i)]
+    / sqrt(head_dim)`` to each logit: whole sequences through :func:`relative_attention` (the
+    skewed kernel, or FlexAttention on a GPU), other sets of pairs (local blocks) by a gather.
 
     Args:
         num_heads: Attention heads; each has its own table.
@@ -71,6 +76,19 @@ class RelativePositionEmbedding(nn.Module):
         """
         upper = 0 if self.causal else self.max_distance
         return distance.clamp(-self.max_distance, upper) + self.max_distance
+
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+        """``q_i · E[clip(j - i)] / sqrt(head_dim)`` for every pair, gathered from ``q · Eᵀ``; ``(batch, heads, ..., q, k)``."""
+        per_distance = torch.einsum("bh...qd,hrd->bh...qr", q, self.weight.to(q.dtype))  # (b, h, ..., q, n)
+        index = self.index(key_pos - query_pos)
+        index = index.expand(*per_distance.shape[:-1], index.shape[-1])
+        return torch.gather(per_distance, -1, index) * (1.0 / math.sqrt(q.shape[-1]))
+
+    def attend(self, q, k, v, *, causal, query_offset, key_padding_mask, dropout_p) -> Tensor:
+        return relative_attention(
+            q, k, v, self, causal=causal, query_offset=query_offset, key_padding_mask=key_padding_mask,
+            dropout_p=dropout_p,
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"max_distance={self.max_distance}, causal={self.causal}"
@@ -151,20 +169,6 @@ def _newest_query_attention(
     if key_padding_mask is not None:
         bias = bias.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(bias.dtype).min)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-
-
-def relative_logits_reference(
-    q: Tensor, embedding: RelativePositionEmbedding, k_len: int, query_offset: int = 0
-) -> Tensor:
-    """Plain gather of ``q_i · E[clip(j - i)]`` into a full ``(batch, heads, q_len, k_len)`` tensor.
-
-    Unscaled. Obviously correct and quadratic in memory; used by the reference attention path.
-    """
-    q_pos = torch.arange(q.shape[-2], device=q.device) + query_offset
-    k_pos = torch.arange(k_len, device=q.device)
-    rows = embedding.index(k_pos[None, :] - q_pos[:, None])  # (q, k)
-    per_distance = q @ embedding.weight.transpose(-1, -2)  # (b, h, q, n)
-    return torch.gather(per_distance, -1, rows.expand(*q.shape[:2], *rows.shape))
 
 
 class _Settings:

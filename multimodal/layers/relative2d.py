@@ -27,7 +27,7 @@ same for columns gives ``(b, h, rows, cols, cols)``, and a broadcast sum fills t
 
 The offset tables start at ``N(0, INIT_STD²)``, far larger than the usual 0.02, because in a ViT they
 are the only position information (see :data:`INIT_STD`). A model trained on one grid is moved to
-another by :func:`resample_offset_table` (linear interpolation of each table along the offset axis,
+another by :func:`~multimodal.layers.positions.resample.resample_offset_table` (linear interpolation of each table along the offset axis,
 as ViTDet does).
 
 Einops legend: ``b`` batch, ``h`` heads, ``r``/``c`` query row/column, ``k`` key row or column,
@@ -43,7 +43,9 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-__all__ = ["RelativePosition2D", "offset_index", "resample_offset_table"]
+from multimodal.layers.positions.base import AttentionPosition
+
+__all__ = ["RelativePosition2D", "offset_index"]
 
 INIT_STD = 0.5
 """Standard deviation of the initial offset embeddings: about the scale of the keys they are added to
@@ -52,8 +54,12 @@ without absolute positions spent its first thousand steps nearly position-blind 
 instead of 0.70 validation accuracy after 13 epochs)."""
 
 
-class RelativePosition2D(nn.Module):
-    """Learned decomposed 2D relative positions of one attention layer; returns a logits bias.
+class RelativePosition2D(AttentionPosition):
+    """Learned decomposed 2D relative positions of one attention layer (the ``"relative2d"`` position).
+
+    Calling it gives the dense logits bias of a whole sequence (the einsums above); as an
+    :class:`~multimodal.layers.positions.base.AttentionPosition`, :meth:`attend` adds that bias in
+    SDPA and :meth:`bias` gathers the same terms pair by pair (the reference path).
 
     Args:
         num_heads: Attention heads; each has its own tables.
@@ -111,6 +117,43 @@ class RelativePosition2D(nn.Module):
             bias[..., :num_prefix, :num_prefix] = among
         return bias
 
+    def attend(self, q, k, v, *, causal, query_offset, key_padding_mask, dropout_p) -> Tensor:
+        if query_offset:
+            raise ValueError("2D relative positions have no KV-cached decoding; run full forwards")
+        bias = self(q) if q.shape[-2] == k.shape[-2] else self.prefix_bias(q.shape[-2], k.shape[-2]).to(q.dtype)
+        allowed = None
+        if causal:
+            allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        if key_padding_mask is not None:
+            keys = ~key_padding_mask[:, None, None, :]
+            allowed = keys if allowed is None else keys & allowed
+        if allowed is not None:
+            bias = torch.where(allowed, bias, torch.finfo(bias.dtype).min)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+        """The same terms gathered pair by pair, ``(batch, heads, q, k)``: the plain reference of :meth:`forward`.
+
+        The sequence is taken to end at the last key, so its first ``keys - rows * cols`` tokens are prefix.
+        """
+        num_rows, num_cols = self.grid_size
+        num_prefix = int(key_pos.max()) + 1 - num_rows * num_cols
+        query_pos, key_pos = torch.broadcast_tensors(query_pos, key_pos)
+        query_cell, key_cell = query_pos - num_prefix, key_pos - num_prefix  # negative: a prefix token
+        row_index = (key_cell.clamp(min=0) // num_cols - query_cell.clamp(min=0) // num_cols) + num_rows - 1
+        col_index = (key_cell.clamp(min=0) % num_cols - query_cell.clamp(min=0) % num_cols) + num_cols - 1
+        scaled = q * self.scale
+        by_row = torch.gather(torch.einsum("bhqd,hrd->bhqr", scaled, self.rows.to(q.dtype)), -1,
+                              row_index.expand(*q.shape[:2], *row_index.shape))  # fmt: skip
+        by_col = torch.gather(torch.einsum("bhqd,hrd->bhqr", scaled, self.cols.to(q.dtype)), -1,
+                              col_index.expand(*q.shape[:2], *col_index.shape))  # fmt: skip
+        bias = by_row + by_col
+        prefix = self.prefix.to(q.dtype)[:, None, None]  # (h, 1, 1, 3)
+        from_prefix, to_prefix = query_cell < 0, key_cell < 0
+        bias = torch.where(from_prefix & ~to_prefix, prefix[..., 0], bias)
+        bias = torch.where(~from_prefix & to_prefix, prefix[..., 1], bias)
+        return torch.where(from_prefix & to_prefix, prefix[..., 2], bias)
+
     def prefix_bias(self, num_queries: int, seq_len: int) -> Tensor:
         """The bias ``(heads, num_queries, seq_len)`` of the first ``num_queries`` queries, all prefix tokens.
 
@@ -140,20 +183,3 @@ def offset_index(size: int) -> Tensor:
     """Table rows ``(size, size)`` of the offsets ``key - query`` on one axis: ``k - q + size - 1``."""
     positions = torch.arange(size)
     return positions[None, :] - positions[:, None] + size - 1
-
-
-def resample_offset_table(table: Tensor, size: int) -> Tensor:
-    """Linearly interpolates a ``(heads, 2 * old - 1, head_dim)`` offset table to ``2 * size - 1`` offsets.
-
-    Args:
-        table: The table of a grid axis of ``old`` cells.
-        size: Cells of the new grid axis.
-
-    Returns:
-        ``(heads, 2 * size - 1, head_dim)``; the same tensor if the size is unchanged.
-    """
-    length = 2 * size - 1
-    if table.shape[1] == length:
-        return table
-    resized = F.interpolate(table.transpose(1, 2).float(), size=length, mode="linear", align_corners=True)
-    return resized.transpose(1, 2).to(table.dtype).contiguous()

@@ -5,17 +5,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from multimodal.layers.block import TransformerBlock
+from multimodal.layers.block import TransformerBlock, norm_layer
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.config import TransformerConfig
-from multimodal.layers.position import LearnedPositions, SinusoidalPositions
+from multimodal.layers.local import LocalAttention
+from multimodal.layers.positions.build import input_positions
 
 
 class TransformerStack(nn.Module):
     """``num_layers`` pre-norm blocks with the position scheme of ``config``; see :class:`Encoder`, :class:`Decoder`.
 
-    Absolute positions (``"sinusoidal"``, ``"learned"``) are added to the input here; relative
-    positions live inside each block's attention.
+    Absolute positions (``"sinusoidal"``, ``"learned"``) are added to the input here; the other
+    schemes live inside each block's attention (:mod:`multimodal.layers.positions`). A local
+    pattern is one object shared by the blocks (it has no parameters and keeps its block layouts).
 
     Args:
         config: Sizes and options.
@@ -26,14 +28,11 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.config = config
         self.causal = causal
-        self.positions: nn.Module | None = None
-        if config.position == "sinusoidal":
-            self.positions = SinusoidalPositions(config.dim, config.max_seq_len)
-        elif config.position == "learned":
-            self.positions = LearnedPositions(config.dim, config.max_seq_len)
+        self.positions = input_positions(config)
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(TransformerBlock(config, causal) for _ in range(config.num_layers))
-        self.norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.local = LocalAttention.from_config(config, causal)
+        self.blocks = nn.ModuleList(TransformerBlock(config, causal, self.local) for _ in range(config.num_layers))
+        self.norm = norm_layer(config)
         self._compiled_blocks: list[nn.Module] | None = None  # a plain list: not submodules
 
     def compile_blocks(self, **options) -> None:
@@ -55,6 +54,7 @@ class TransformerStack(nn.Module):
         context_padding_mask: Tensor | None = None,
         state: DecodingState | None = None,
         num_outputs: int | None = None,
+        grid_width: int | None = None,
     ) -> Tensor:
         """Runs the blocks over embeddings ``(batch, seq, dim)``; returns ``(batch, seq, dim)``.
 
@@ -71,6 +71,8 @@ class TransformerStack(nn.Module):
                 from those positions alone and runs its feed-forward on them (a ViT classifying
                 from its class token saves about 7 % of its work; with local attention the last
                 block runs in full and the output is sliced). Not with ``state``.
+            grid_width: ``attention="local2d"``: tokens per grid row of this input, when the config
+                leaves ``local_grid_width`` open (inputs of varying size).
         """
         if x.dim() != 3 or x.shape[-1] != self.config.dim:
             raise ValueError(f"expected input (batch, seq, dim={self.config.dim}), got {tuple(x.shape)}")
@@ -81,6 +83,8 @@ class TransformerStack(nn.Module):
         if num_outputs is not None and (state is not None or not 0 < num_outputs <= x.shape[1]):
             raise ValueError(f"num_outputs must be in 1..seq={x.shape[1]} and without a decoding state")
         offset = state.position if state is not None else 0
+        if grid_width is None and state is not None:
+            grid_width = state.grid_width
         if self.positions is not None:
             x = x + self.positions(x.shape[1], offset).to(x.dtype)
         x = self.dropout(x)
@@ -88,11 +92,11 @@ class TransformerStack(nn.Module):
         blocks = self._compiled_blocks if self._compiled_blocks is not None and state is None else self.blocks
         for index, block in enumerate(blocks):
             # Local attention computes whole blocks of queries: its last block runs in full.
-            trim = index == last and self.blocks[index].attention.local is None
+            trim = index == last and self.local is None
             x = block(
                 x, context=context, key_padding_mask=key_padding_mask,
                 context_padding_mask=context_padding_mask, state=state, layer=index,
-                num_queries=num_outputs if trim else None,
+                num_queries=num_outputs if trim else None, grid_width=grid_width,
             )  # fmt: skip
         if num_outputs is not None:
             x = x[:, :num_outputs]  # a view; already this size when the last block was trimmed
@@ -100,10 +104,14 @@ class TransformerStack(nn.Module):
             state.position += x.shape[1]
         return self.norm(x)
 
-    def new_state(self) -> DecodingState:
-        """An empty decoding state (KV caches for every block; local attention keeps only visible keys)."""
-        local = self.blocks[0].attention.local if len(self.blocks) else None
-        return DecodingState(len(self.blocks), window=None if local is None else local.lookback)
+    def new_state(self, grid_width: int | None = None) -> DecodingState:
+        """An empty decoding state (KV caches for every block; local attention keeps only visible keys).
+
+        Args:
+            grid_width: ``local2d`` with an open grid width: the width of the sequence to decode.
+        """
+        window = None if self.local is None else self.local.lookback(grid_width)
+        return DecodingState(len(self.blocks), window=window, grid_width=grid_width)
 
 
 class Encoder(TransformerStack):

@@ -22,13 +22,13 @@ Images are float ``(batch, channels, height, width)`` in ``[0, 1]``.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multimodal.layers.cache import DecodingState
-from multimodal.layers.local import set_grid_width
 from multimodal.layers.stack import Decoder, Encoder
 from multimodal.models.config import (
     ConditionalSuperResolutionConfig,
@@ -51,6 +51,20 @@ def bicubic_upsample(images: Tensor, scale: int) -> Tensor:
         ``(batch, channels, height * scale, width * scale)``.
     """
     return F.interpolate(images, scale_factor=scale, mode="bicubic", align_corners=False).clamp(0, 1)
+
+
+class Condition(NamedTuple):
+    """What the conditional decoder needs of a low-resolution image (:meth:`ConditionalImageTransformer.condition`).
+
+    Attributes:
+        context: Encoder output ``(batch, patches, dim)`` for cross-attention.
+        inputs: Per-position conditioning ``(batch, seq_len, dim)`` of the high-resolution tokens.
+        grid_width: Tokens per raster row of the high-resolution image (``width * channels``).
+    """
+
+    context: Tensor
+    inputs: Tensor
+    grid_width: int
 
 
 class PatchEncoder(nn.Module):
@@ -89,9 +103,8 @@ class PatchEncoder(nn.Module):
     def encode(self, features: Tensor) -> tuple[Tensor, tuple[int, int]]:
         """Token features and grid ``(rows, cols)`` of per-pixel features from :meth:`features`."""
         rows, cols = features.shape[-2] // self.patch_size, features.shape[-1] // self.patch_size
-        set_grid_width(self.encoder, cols)
         tokens = patchify(features, self.patch_size)  # (b, rows * cols, p * p * feature_channels)
-        return self.encoder(self.embed(tokens)), (rows, cols)
+        return self.encoder(self.embed(tokens), grid_width=cols), (rows, cols)
 
 
 class SuperResolutionRegressor(nn.Module):
@@ -203,10 +216,10 @@ class ConditionalImageTransformer(nn.Module):
         """What the decoder needs of ``low_res`` ``(batch, channels, h, w)``, computed once.
 
         Returns:
-            ``context`` ``(batch, patches, dim)`` for cross-attention and ``inputs``
-            ``(batch, seq_len, dim)``, the per-position conditioning of the
-            ``seq_len = h * scale * w * scale * channels`` high-resolution tokens. Also sets the
-            decoder's raster grid width.
+            A :class:`Condition`: ``context`` ``(batch, patches, dim)`` for cross-attention,
+            ``inputs`` ``(batch, seq_len, dim)``, the per-position conditioning of the
+            ``seq_len = h * scale * w * scale * channels`` high-resolution tokens, and the raster
+            grid width of those tokens (``w * scale * channels``).
         """
         config = self.config
         if low_res.shape[-2] % config.patch_size or low_res.shape[-1] % config.patch_size:
@@ -214,7 +227,6 @@ class ConditionalImageTransformer(nn.Module):
         hidden, (rows, cols) = self.encoder(low_res)
         context = hidden + self.context_positions.of_grid(rows, cols)
         height, width = low_res.shape[-2] * config.scale, low_res.shape[-1] * config.scale
-        set_grid_width(self.decoder, width * config.channels)
         # Encoder feature of the patch each high-resolution sub-pixel lies in, in raster token order.
         per_patch = self.feature(hidden).unflatten(1, (rows, cols))  # (b, rows, cols, dim)
         factor = config.patch_size * config.scale
@@ -222,11 +234,9 @@ class ConditionalImageTransformer(nn.Module):
         per_token = per_pixel.repeat_interleave(config.channels, 2).flatten(1, 2)  # (b, H * W * c, dim)
         estimate = pixels_to_tokens(bicubic_upsample(low_res, config.scale), config.num_levels)
         inputs = per_token + self.estimate(estimate) + self.positions.of_grid(height, width)
-        return context, inputs
+        return Condition(context, inputs, width * config.channels)
 
-    def forward(
-        self, tokens: Tensor, condition: tuple[Tensor, Tensor], *, state: DecodingState | None = None
-    ) -> Tensor:
+    def forward(self, tokens: Tensor, condition: Condition, *, state: DecodingState | None = None) -> Tensor:
         """Logits ``(batch, seq, num_levels)`` for input ids ``(batch, seq)`` (BOS first).
 
         Args:
@@ -234,16 +244,16 @@ class ConditionalImageTransformer(nn.Module):
             condition: From :meth:`condition`.
             state: From :meth:`new_state`, for cached incremental decoding.
         """
-        context, inputs = condition
+        context, inputs, grid_width = condition
         offset = state.position if state is not None else 0
         if offset + tokens.shape[1] > inputs.shape[1]:
             raise ValueError(f"{offset + tokens.shape[1]} positions exceed the {inputs.shape[1]} sub-pixels")
         x = self.embedding(tokens) + inputs[:, offset : offset + tokens.shape[1]]
-        return self.head(self.decoder(x, context=context, state=state))
+        return self.head(self.decoder(x, context=context, state=state, grid_width=grid_width))
 
-    def new_state(self) -> DecodingState:
-        """An empty decoding state; call :meth:`condition` first (it sets the grid width)."""
-        return self.decoder.new_state()
+    def new_state(self, condition: Condition) -> DecodingState:
+        """An empty decoding state for the image of ``condition`` (from :meth:`condition`)."""
+        return self.decoder.new_state(grid_width=condition.grid_width)
 
     def inputs(self, tokens: Tensor) -> Tensor:
         """Teacher-forcing inputs for intensity ids ``(batch, seq_len)``: BOS + all but the last."""

@@ -15,7 +15,7 @@ a timm conv patch weight ``(dim, c, p, p)`` maps to ``patch_embed.weight`` with
 
 Loading a state dict made for another image size resamples the position parameters to this
 model's grid: absolute embeddings bicubically (as timm's ``resample_abs_pos_embed``), 2D relative
-offset tables linearly (:func:`~multimodal.layers.relative2d.resample_offset_table`).
+offset tables linearly (:func:`~multimodal.layers.positions.resample.resample_offset_table`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multimodal.layers.relative2d import resample_offset_table
+from multimodal.layers.positions.resample import resample_offset_table, resize_positions
 from multimodal.layers.stack import Encoder
 from multimodal.models.config import ViTConfig
 from multimodal.tokenizers.image import patchify
 
-__all__ = ["ViT", "resample_positions"]
+__all__ = ["ViT"]
 
 
 class ViT(nn.Module):
@@ -101,7 +100,7 @@ class ViT(nn.Module):
         return {
             name
             for name, parameter in self.named_parameters()
-            if parameter.dim() < 2 or name == "cls_token" or "positions" in name or "relative_2d" in name
+            if parameter.dim() < 2 or name == "cls_token" or "positions" in name or "attention.position." in name
         }
 
     def _check(self, images: Tensor) -> None:
@@ -118,33 +117,6 @@ class ViT(nn.Module):
             )
 
 
-def resample_positions(
-    weight: Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], num_prefix_tokens: int
-) -> Tensor:
-    """Bicubic resampling of absolute position embeddings ``(prefix + rows * cols, dim)`` to a new grid.
-
-    The prefix (class token) rows are kept as they are; the grid rows are viewed as an image of
-    ``dim`` channels and resized with antialiasing (timm's ``resample_abs_pos_embed``).
-
-    Args:
-        weight: ``(num_prefix_tokens + old_rows * old_cols, dim)``.
-        old_grid: ``(rows, cols)`` the embeddings were trained for.
-        new_grid: ``(rows, cols)`` wanted.
-        num_prefix_tokens: Leading rows that are not on the grid.
-
-    Returns:
-        ``(num_prefix_tokens + new_rows * new_cols, dim)``.
-    """
-    if tuple(old_grid) == tuple(new_grid):
-        return weight
-    prefix, grid = weight[:num_prefix_tokens], weight[num_prefix_tokens:]
-    if grid.shape[0] != old_grid[0] * old_grid[1]:
-        raise ValueError(f"{grid.shape[0]} grid embeddings do not fill an {old_grid[0]}x{old_grid[1]} grid")
-    image = grid.float().T.reshape(1, -1, *old_grid)  # (1, dim, rows, cols)
-    image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", antialias=True, align_corners=False)
-    return torch.cat([prefix, image.reshape(weight.shape[1], -1).T.to(weight.dtype)])
-
-
 def _resample_position_parameters(module: ViT, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
     """Load-state-dict pre-hook: fits position parameters of another grid to this model's grid."""
     new_grid = module.config.grid_size
@@ -157,12 +129,16 @@ def _resample_position_parameters(module: ViT, state_dict: dict[str, Any], prefi
             if side * side != num_grid:
                 raise ValueError(
                     f"cannot tell the grid of {num_grid} position embeddings in {key} (not a square); "
-                    f"resample them with multimodal.models.vit.resample_positions(weight, old_grid, "
-                    f"{new_grid}, {module.num_prefix_tokens}) before loading"
+                    f"resample them with multimodal.layers.positions.resample.resize_positions(weight, "
+                    f"{module.num_prefix_tokens + new_grid[0] * new_grid[1]}, old_grid, {new_grid}) before loading"
                 )
-            state_dict[key] = resample_positions(weight, (side, side), new_grid, module.num_prefix_tokens)
+            length = module.num_prefix_tokens + new_grid[0] * new_grid[1]
+            state_dict[key] = resize_positions(weight, length, (side, side), new_grid)
     for name in list(state_dict):
-        if name.startswith(prefix) and name.endswith(("relative_2d.rows", "relative_2d.cols")):
+        # Tables under their current names, or their names before the position interface.
+        if name.startswith(prefix) and name.endswith(
+            ("attention.position.rows", "attention.position.cols", "relative_2d.rows", "relative_2d.cols")
+        ):
             size = new_grid[0] if name.endswith("rows") else new_grid[1]
             state_dict[name] = resample_offset_table(state_dict[name], size)
 

@@ -119,7 +119,7 @@ def test_relative_table_for_a_longer_model_computes_the_same_clipped_attention(t
     export_blocks(source, tmp_path)
     target = _model(1, position="relative", max_seq_len=40)
     report = load_blocks(target, tmp_path, ["blocks", "embeddings", "head"])
-    assert report.resized["decoder.blocks.0.attention.relative.weight"] == ((4, 16, 8), (4, 40, 8))
+    assert report.resized["decoder.blocks.0.attention.position.weight"] == ((4, 16, 8), (4, 40, 8))
     tokens = _tokens(length=40)  # distances beyond 15 occur: the padded rows repeat the clipped edge
     torch.testing.assert_close(target(tokens), source(tokens), atol=1e-5, rtol=1e-5)
 

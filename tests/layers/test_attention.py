@@ -54,7 +54,7 @@ def test_relative_fast_path_equals_reference_path(causal):
     q, k, v = (torch.randn(2, 4, 45, 8, generator=g) for _ in range(3))
     table = RelativePositionEmbedding(4, 8, 10, causal)
     torch.testing.assert_close(
-        attend(q, k, v, causal=causal, relative=table), attend_reference(q, k, v, causal=causal, relative=table),
+        attend(q, k, v, causal=causal, position=table), attend_reference(q, k, v, causal=causal, position=table),
         atol=1e-5, rtol=0,
     )  # fmt: skip
 

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from multimodal.layers import Decoder, Encoder, LocalAttention, TransformerConfig, set_grid_width
+from multimodal.layers import Decoder, Encoder, LocalAttention, RelativePositionEmbedding, TransformerConfig
 from multimodal.layers.cache import KVCache
+from multimodal.layers.positions.grid import GridOffsets
 
 
 @pytest.fixture(autouse=True)
@@ -49,13 +50,32 @@ def offsets(length, width, pattern):
     return {"rows": rows[None, :] - rows[:, None], "cols": cols[None, :] - cols[:, None]}
 
 
-def naive(q, k, v, allowed, local=None, width=None):
+def tables_of(position):
+    """The relative tables of a position, by the offset each one embeds."""
+    if position is None:
+        return {}
+    if isinstance(position, GridOffsets):
+        return {"rows": position.rows, "cols": position.cols}
+    return {"distance": position}
+
+
+def relative_position(pattern, causal, window=None, query_shape=None, memory_shape=None):
+    """The position a relative local layer of this geometry gets, its tables drawn at full scale."""
+    if pattern == "local1d":
+        position = RelativePositionEmbedding(2, 8, max(window - 1, 1), causal)
+    else:
+        position = GridOffsets(2, 8, query_shape, memory_shape, causal)
+    for table in tables_of(position).values():
+        torch.nn.init.normal_(table.weight)
+    return position
+
+
+def naive(q, k, v, allowed, position=None, width=None, pattern="local1d"):
     """softmax((q·k + q·E[offset]) / sqrt(d)) v, Shaw et al.'s way: gather an embedding per pair."""
     logits = q @ k.transpose(-1, -2)
-    if local is not None and len(local.tables):
-        pattern = local.pattern
+    if position is not None:
         for name, offset in offsets(q.shape[-2], width, pattern).items():
-            table = local.tables[name]
+            table = tables_of(position)[name]
             upper = 0 if table.causal else table.max_distance
             rows = offset.clamp(-table.max_distance, upper) + table.max_distance
             per_pair = table.weight[:, rows]  # (heads, q, k, d)
@@ -80,13 +100,12 @@ CASES_2D = [  # (length, width, query_shape, memory_shape): ragged last row, wid
 @pytest.mark.parametrize("length,window", [(23, 5), (16, 4), (7, 16)])
 @pytest.mark.parametrize("relative", [False, True])
 def test_local1d_equals_full_attention_with_the_window_mask(causal, length, window, relative):
-    local = LocalAttention(2, 8, "local1d", causal=causal, window=window, relative=relative)
-    if relative:
-        torch.nn.init.normal_(local.tables["distance"].weight)
+    local = LocalAttention("local1d", causal=causal, window=window)
+    position = relative_position("local1d", causal, window) if relative else None
     q, k, v = qkv(length)
-    expected = naive(q, k, v, mask_1d(length, window, causal), local)
-    torch.testing.assert_close(local(q, k, v), expected, atol=1e-5, rtol=0)
-    torch.testing.assert_close(local.reference(q, k, v), expected, atol=1e-5, rtol=0)
+    expected = naive(q, k, v, mask_1d(length, window, causal), position)
+    torch.testing.assert_close(local(q, k, v, position=position), expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(local.reference(q, k, v, position=position), expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -95,36 +114,31 @@ def test_local1d_equals_full_attention_with_the_window_mask(causal, length, wind
 def test_local2d_equals_full_attention_with_the_block_mask(
     causal, length, width, query_shape, memory_shape, relative
 ):
-    local = LocalAttention(2, 8, "local2d", causal=causal, grid_width=width, query_shape=query_shape,
-                           memory_shape=memory_shape, relative=relative)  # fmt: skip
-    for table in local.tables.values():
-        torch.nn.init.normal_(table.weight)
+    local = LocalAttention("local2d", causal=causal, grid_width=width, query_shape=query_shape,
+                           memory_shape=memory_shape)  # fmt: skip
+    position = relative_position("local2d", causal, None, query_shape, memory_shape) if relative else None
     q, k, v = qkv(length, seed=1)
-    expected = naive(q, k, v, mask_2d(length, width, query_shape, memory_shape, causal), local, width)
-    torch.testing.assert_close(local(q, k, v), expected, atol=1e-5, rtol=0)
-    torch.testing.assert_close(local.reference(q, k, v), expected, atol=1e-5, rtol=0)
+    expected = naive(q, k, v, mask_2d(length, width, query_shape, memory_shape, causal), position, width, "local2d")
+    torch.testing.assert_close(local(q, k, v, position=position), expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(local.reference(q, k, v, position=position), expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("pattern", ["local1d", "local2d"])
 def test_blocked_gradients_equal_the_reference_gradients(pattern):
-    local = LocalAttention(2, 8, pattern, causal=True, window=4, grid_width=6, query_shape=(2, 2),
-                           memory_shape=(1, 1), relative=True)  # fmt: skip
-    for table in local.tables.values():
-        torch.nn.init.normal_(table.weight)
+    local = LocalAttention(pattern, causal=True, window=4, grid_width=6, query_shape=(2, 2), memory_shape=(1, 1))
+    position = relative_position(pattern, True, 4, (2, 2), (1, 1))
     grads = []
     for core in (local, local.reference):
         q, k, v = qkv(29, seed=2)
-        core(q, k, v).pow(2).sum().backward()
-        grads.append([q.grad, k.grad, v.grad, *(t.weight.grad.clone() for t in local.tables.values())])
-        local.zero_grad()
+        core(q, k, v, position=position).pow(2).sum().backward()
+        grads.append([q.grad, k.grad, v.grad, *(t.weight.grad.clone() for t in tables_of(position).values())])
+        position.zero_grad()
     for fast, reference in zip(*grads, strict=True):
         torch.testing.assert_close(fast, reference, atol=1e-5, rtol=0)
 
 
 def test_padding_keys_are_ignored_by_the_blocked_path():
-    local = LocalAttention(
-        2, 8, "local2d", causal=False, grid_width=5, query_shape=(2, 2), memory_shape=(1, 1)
-    )
+    local = LocalAttention("local2d", causal=False, grid_width=5, query_shape=(2, 2), memory_shape=(1, 1))
     q, k, v = qkv(20, seed=3)
     padding = torch.zeros(2, 20, dtype=torch.bool)
     padding[0, 13:] = True
@@ -138,10 +152,8 @@ def test_padding_keys_are_ignored_by_the_blocked_path():
 def test_a_window_covering_everything_is_full_causal_attention():
     q, k, v = qkv(12, seed=4)
     full = naive(q, k, v, torch.ones(12, 12, dtype=torch.bool).tril())
-    wide_1d = LocalAttention(2, 8, "local1d", causal=True, window=12)
-    wide_2d = LocalAttention(
-        2, 8, "local2d", causal=True, grid_width=4, query_shape=(1, 4), memory_shape=(3, 0)
-    )
+    wide_1d = LocalAttention("local1d", causal=True, window=12)
+    wide_2d = LocalAttention("local2d", causal=True, grid_width=4, query_shape=(1, 4), memory_shape=(3, 0))
     torch.testing.assert_close(wide_1d(q, k, v), full, atol=1e-5, rtol=0)
     torch.testing.assert_close(wide_2d(q, k, v), full, atol=1e-5, rtol=0)
 
@@ -173,7 +185,7 @@ def test_cached_decoding_of_a_local_decoder_equals_its_full_forward(attention, p
 @pytest.mark.parametrize("attention", ["local1d", "local2d"])
 def test_local_cache_stays_bounded_while_decoding(attention):
     decoder = Decoder(_config(attention)).eval()
-    lookback = decoder.blocks[0].attention.local.lookback
+    lookback = decoder.local.lookback()
     state = decoder.new_state()
     with torch.no_grad():
         for _ in range(60):
@@ -192,29 +204,31 @@ def test_windowed_kv_cache_keeps_the_last_window_positions():
         assert keys[0, 0, 0, 0] == cache.start
 
 
-def test_local_encoder_fast_equals_reference_and_grid_width_is_settable():
+def test_local_encoder_fast_equals_reference_and_takes_the_grid_width_per_call():
     torch.manual_seed(0)
     config = _config("local2d", local_grid_width=None)
     encoder = Encoder(config).eval()
     reference = Encoder(_config("local2d", local_grid_width=None, attention_impl="reference")).eval()
     reference.load_state_dict(encoder.state_dict())
-    with pytest.raises(ValueError, match="set_grid_width"):
+    with pytest.raises(ValueError, match="grid_width="):
         encoder(torch.randn(1, 12, 32))
     for width in (3, 5):
-        set_grid_width(encoder, width)
-        set_grid_width(reference, width)
         x = torch.randn(2, 5 * width, 32)
-        torch.testing.assert_close(encoder(x), reference(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(encoder(x, grid_width=width), reference(x, grid_width=width), atol=1e-5, rtol=0)
+    assert all(block.attention.local is encoder.local for block in encoder.blocks)  # one pattern, shared
 
 
 @pytest.mark.parametrize("pattern", ["local1d", "local2d"])
 def test_gradcheck_float64_local_core(pattern):
     torch.manual_seed(0)
-    local = LocalAttention(1, 3, pattern, causal=True, window=3, grid_width=3, query_shape=(1, 2),
-                           memory_shape=(1, 1), relative=True).double()  # fmt: skip
-    tables = [table.weight for table in local.tables.values()]
+    local = LocalAttention(pattern, causal=True, window=3, grid_width=3, query_shape=(1, 2), memory_shape=(1, 1))
+    if pattern == "local1d":
+        position = RelativePositionEmbedding(1, 3, 2, True).double()
+    else:
+        position = GridOffsets(1, 3, (1, 2), (1, 1), True).double()
+    tables = [table.weight for table in tables_of(position).values()]
     q, k, v = (torch.randn(1, 1, 7, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    assert torch.autograd.gradcheck(lambda q, k, v, *tables: local(q, k, v), (q, k, v, *tables))
+    assert torch.autograd.gradcheck(lambda q, k, v, *tables: local(q, k, v, position=position), (q, k, v, *tables))
 
 
 def test_bad_local_settings_say_how_to_fix():
@@ -223,4 +237,4 @@ def test_bad_local_settings_say_how_to_fix():
     with pytest.raises(ValueError, match="position='relative' with attention='local2d'"):
         _config("local2d", position="relative2d", grid_size=(2, 2))
     with pytest.raises(ValueError, match="window >= 1"):
-        LocalAttention(2, 8, "local1d", causal=True, window=0)
+        LocalAttention("local1d", causal=True, window=0)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from multimodal.layers.position import SinusoidalPositions
+from multimodal.layers.positions import SinusoidalPositions
 
 
 def test_sinusoidal_table_is_the_textbook_formula_times_a_learned_gain():

@@ -8,7 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from multimodal.layers import Encoder, MultiHeadAttention, RelativePosition2D, TransformerConfig
 from multimodal.layers.attend import attend, attend_reference
-from multimodal.layers.relative2d import resample_offset_table
+from multimodal.layers.positions.resample import resample_offset_table
 
 
 def naive_2d_attention(q, k, v, rows, cols, prefix_bias, grid, num_prefix, causal=False):
@@ -61,7 +61,7 @@ def _position(heads, head_dim, grid, seed=0):
 def test_matches_naive_reference_values_and_gradients(grid, num_prefix, core):
     position = _position(3, 8, grid)
     q, k, v = _inputs(2, 3, num_prefix + grid[0] * grid[1], 8)
-    ours = core(q, k, v, causal=False, bias=position(q))
+    ours = core(q, k, v, causal=False, position=position)
     naive = naive_2d_attention(q, k, v, position.rows, position.cols, position.prefix, grid, num_prefix)
     torch.testing.assert_close(ours, naive, atol=1e-10, rtol=0)
     weights = torch.randn_like(ours)
@@ -90,9 +90,12 @@ def test_prefix_bias_equals_the_prefix_rows_of_the_full_bias(num_prefix):
 def test_causal_mask_combines_with_the_2d_bias():
     position = _position(2, 4, (3, 3))
     q, k, v = (x.detach() for x in _inputs(1, 2, 10, 4))
-    ours = attend(q, k, v, causal=True, bias=position(q))
+    ours = attend(q, k, v, causal=True, position=position)
     naive = naive_2d_attention(q, k, v, position.rows, position.cols, position.prefix, (3, 3), 1, causal=True)
     torch.testing.assert_close(ours, naive, atol=1e-10, rtol=0)
+    # The pair-by-pair bias of the reference path gathers the same terms.
+    reference = attend_reference(q, k, v, causal=True, position=position)
+    torch.testing.assert_close(reference, naive, atol=1e-10, rtol=0)
 
 
 def test_bias_depends_only_on_the_offset_between_cells():
@@ -122,7 +125,7 @@ class _LargestTensor(TorchDispatchMode):
 
 def test_no_tensor_of_size_n_by_n_by_head_dim_is_built_forward_or_backward():
     rows, cols, head_dim, heads = 8, 8, 32, 2
-    attention = MultiHeadAttention(heads * head_dim, heads, relative_2d_grid=(rows, cols))
+    attention = MultiHeadAttention(heads * head_dim, heads, position=RelativePosition2D(heads, head_dim, (rows, cols)))
     x = torch.randn(1, 1 + rows * cols, heads * head_dim, requires_grad=True)
     with _LargestTensor() as probe:
         attention(x).sum().backward()
@@ -137,7 +140,7 @@ def test_encoder_with_relative2d_fast_equals_reference_and_has_its_own_tables_pe
     reference = Encoder(TransformerConfig(**config, attention_impl="reference")).double()
     reference.load_state_dict(fast.state_dict())
     assert fast.config.grid_size == (3, 4)  # a YAML list becomes a tuple
-    tables = [name for name, _ in fast.named_parameters() if name.endswith("relative_2d.rows")]
+    tables = [name for name, _ in fast.named_parameters() if name.endswith("attention.position.rows")]
     assert len(tables) == 2
     x = torch.randn(2, 1 + 12, 32, dtype=torch.float64)
     torch.testing.assert_close(fast(x), reference(x))
@@ -171,8 +174,5 @@ def test_configuration_errors_say_how_to_fix():
         TransformerConfig(dim=16, num_heads=2, position="relative2d")
     with pytest.raises(ValueError, match="do not cover the 3x3 grid"):
         RelativePosition2D(2, 4, (3, 3))(torch.randn(1, 2, 8, 4))
-    with pytest.raises(ValueError, match="not both"):
-        q = torch.randn(1, 1, 4, 4)
-        attend(q, q, q, causal=False, relative=object(), bias=torch.zeros(1, 1, 4, 4))
     with pytest.raises(ValueError, match="cross-attention"):
-        MultiHeadAttention(8, 2, context_dim=8, relative_2d_grid=(2, 2))
+        MultiHeadAttention(8, 2, context_dim=8, position=RelativePosition2D(2, 4, (2, 2)))

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from multimodal.layers.positions.resample import resize_positions
 from multimodal.models import VIT_PRESETS, ViT, ViTConfig
-from multimodal.models.vit import resample_positions
 
 
 def micro(**overrides) -> ViTConfig:
@@ -95,7 +95,7 @@ def test_state_dict_of_another_image_size_loads_with_resampled_positions():
     old, new = small.encoder.positions.weight, large.encoder.positions.weight
     assert new.shape == (1 + 64, 64)
     torch.testing.assert_close(new[0], old[0])  # the class token's embedding is kept
-    expected = resample_positions(old.detach(), (4, 4), (8, 8), num_prefix_tokens=1)
+    expected = resize_positions(old.detach(), 1 + 64, (4, 4), (8, 8))
     torch.testing.assert_close(new, expected)
     assert torch.isfinite(large(torch.rand(1, 1, 16, 16))).all()
 
@@ -104,25 +104,25 @@ def test_relative2d_state_dict_of_another_image_size_loads_with_resampled_tables
     small = ViT(micro(position="relative2d"))
     large = ViT(micro(position="relative2d", image_size=(12, 16)))
     large.load_state_dict(small.state_dict())
-    rows = large.encoder.blocks[0].attention.relative_2d.rows
-    cols = large.encoder.blocks[0].attention.relative_2d.cols
+    rows = large.encoder.blocks[0].attention.position.rows
+    cols = large.encoder.blocks[0].attention.position.cols
     assert rows.shape == (4, 2 * 6 - 1, 16) and cols.shape == (4, 2 * 8 - 1, 16)
-    torch.testing.assert_close(rows[:, 5], small.encoder.blocks[0].attention.relative_2d.rows[:, 3])
+    torch.testing.assert_close(rows[:, 5], small.encoder.blocks[0].attention.position.rows[:, 3])
     assert large(torch.rand(1, 1, 12, 16)).shape == (1, 10)
 
 
 def test_resampling_keeps_constant_embeddings_constant():
     weight = torch.cat([torch.randn(1, 5), torch.full((9, 5), 0.3)])
-    resized = resample_positions(weight, (3, 3), (5, 4), num_prefix_tokens=1)
+    resized = resize_positions(weight, 1 + 20, (3, 3), (5, 4))
     assert resized.shape == (1 + 20, 5)
     torch.testing.assert_close(resized[1:], torch.full((20, 5), 0.3))
-    assert resample_positions(weight, (3, 3), (3, 3), 1) is weight
+    assert resize_positions(weight, 1 + 9, (3, 3), (3, 3)) is weight
 
 
 def test_weight_decay_skips_tokens_positions_norms_and_biases():
     skip = ViT(micro(position="relative2d")).no_weight_decay() | ViT(micro()).no_weight_decay()
     assert {"cls_token", "encoder.positions.weight", "encoder.norm.weight", "head.bias"} <= skip
-    assert "encoder.blocks.0.attention.relative_2d.rows" in skip
+    assert "encoder.blocks.0.attention.position.rows" in skip
     assert "encoder.blocks.0.attention.to_qkv.weight" not in skip and "patch_embed.weight" not in skip
 
 

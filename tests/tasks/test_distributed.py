@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIGS = ROOT / "configs"
 TEXT = ["--config", str(CONFIGS / "text_lm.yaml"), "--config", str(CONFIGS / "text_lm_tiny.yaml")]

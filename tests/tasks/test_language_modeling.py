@@ -26,7 +26,7 @@ from tasks.language_modeling import LanguageModeling
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TEXT = ["--config", str(CONFIGS / "text_lm.yaml"), "--config", str(CONFIGS / "text_lm_tiny.yaml")]
-RUN = Path("outputs/text_lm")  # where the config writes, relative to the working folder
+RUN = Path("outputs/text_lm/lightning_logs/version_0")  # where the config writes, relative to the working folder
 SAMPLES = [
     "def greet(name):\n    return f'hello {name}'\n",
     "Un café à Paris coûte 2 €; 東京 is 😀 far.\n",
@@ -206,7 +206,7 @@ def test_one_query_at_the_newest_position_matches_the_reference(relative, k_len)
     padding[1, 0] = k_len > 1
     outputs = []
     for core in (attend, attend_reference):
-        out = core(q, k, v, causal=True, query_offset=k_len - 1, key_padding_mask=padding, relative=table)
+        out = core(q, k, v, causal=True, query_offset=k_len - 1, key_padding_mask=padding, position=table)
         parameters = [q, k, v, *([table.weight] if relative else [])]
         outputs.append((out, torch.autograd.grad(out.square().sum(), parameters)))
     (fast, fast_grads), (reference, reference_grads) = outputs
@@ -244,7 +244,7 @@ def test_fit_test_perplexity_and_generate_through_the_cli(corpus, tmp_path, caps
     main(["fit", *args])
     last = tmp_path / RUN / "checkpoints" / "last.ckpt"
     assert last.is_file()
-    assert list((tmp_path / RUN).glob("logs/version_0/samples/epoch_0.txt")), "sample callback wrote no text"
+    assert list((tmp_path / RUN).glob("samples/epoch_0.txt")), "sample callback wrote no text"
 
     # `multimodal test` and `multimodal perplexity` agree on the test files.
     capsys.readouterr()

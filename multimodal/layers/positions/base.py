@@ -1,0 +1,70 @@
+"""The one interface through which attention learns where tokens are.
+
+Every position scheme that acts inside attention is an :class:`AttentionPosition`. Attention asks it
+three questions, and each scheme answers the ones that concern it (the defaults change nothing):
+
+* :meth:`~AttentionPosition.rotate` — turn queries and keys by their positions before the product
+  (rotary). Keys are rotated once, when they enter the KV cache.
+* :meth:`~AttentionPosition.bias` — the term added to the scaled logit ``q·k / sqrt(d)`` of each
+  (query, key) pair, for any set of pairs: the dense fallback of full attention, the blocks of local
+  attention, one cached decoding step and the reference path all use it.
+* :meth:`~AttentionPosition.attend` — a fused kernel for full attention over whole sequences
+  (the skewed relative kernel, query-blocked ALiBi); ``None`` lets attention use SDPA with
+  :meth:`~AttentionPosition.bias`.
+
+Absolute schemes (``sinusoidal``, ``learned``) add to the input of a stack instead
+(:mod:`multimodal.layers.positions.absolute`). :func:`~multimodal.layers.positions.build.attention_position`
+builds the scheme a config names.
+
+Positions are absolute token indices as integer tensors that broadcast against each other:
+``query_pos`` ``(q, 1)`` and ``key_pos`` ``(1, k)``, or with a leading batch axis
+``(batch, 1, q, 1)`` / ``(batch, 1, 1, k)`` when rows of a batch sit at different positions.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class AttentionPosition(nn.Module):
+    """Base of the position schemes inside attention; see the module docstring.
+
+    Attributes:
+        rotates: Whether :meth:`rotate` does anything (attention skips it otherwise).
+    """
+
+    rotates: bool = False
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Queries or keys ``(batch, heads, seq, head_dim)`` at ``positions`` (``(seq,)`` or ``(batch, seq)``), turned."""
+        return x
+
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor | None:
+        """The logit term of every (query, key) pair, added after the ``1 / sqrt(head_dim)`` scaling.
+
+        Args:
+            q: Queries ``(batch, heads, ..., q_len, head_dim)`` (content-dependent schemes read them).
+            query_pos: Absolute query positions, broadcastable to ``(..., q_len, 1)``.
+            key_pos: Absolute key positions, broadcastable to ``(..., 1, k_len)``.
+
+        Returns:
+            A tensor broadcastable to ``(batch, heads, ..., q_len, k_len)``, or None (no term).
+        """
+        return None
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        query_offset: int,
+        key_padding_mask: Tensor | None,
+        dropout_p: float,
+    ) -> Tensor | None:
+        """A fused full-attention kernel ``(batch, heads, q_len, head_dim)``, or None for SDPA + :meth:`bias`.
+
+        Same arguments as :func:`multimodal.layers.attend.attend`.
+        """
+        return None
