@@ -7,14 +7,24 @@ path and the tokenizer's JSON. :func:`load_task` rebuilds both with
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_model
 
 from multimodal.convert.export import Export, export_from_state_dict
+from multimodal.model_folder import (
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    family_of,
+    is_model_folder,
+    load_tokenizer,
+    read_model_folder,
+)
 from tasks.runs import resolve_checkpoint
 
 
@@ -31,8 +41,10 @@ class SelfContainedCheckpoint:
 
 
 def describe(task: Any, tokenizer: Any | None) -> dict[str, str]:
-    """The ``"multimodal"`` checkpoint entry for ``task`` (and its data's tokenizer, if any)."""
+    """The ``"multimodal"`` checkpoint entry for ``task`` (its model family, and its data's tokenizer, if any)."""
     entry = {"task": _path_of(type(task))}
+    with contextlib.suppress(AttributeError, ValueError):  # a task without one of our model families
+        entry["family"] = family_of(task.model)
     if tokenizer is not None:
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "tokenizer.json"
@@ -43,7 +55,12 @@ def describe(task: Any, tokenizer: Any | None) -> dict[str, str]:
 
 
 def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | None]:
-    """Rebuilds ``(task, tokenizer)`` from a checkpoint written by one of our tasks (eval mode, on ``map_location``)."""
+    """Rebuilds ``(task, tokenizer)`` from a checkpoint written by one of our tasks (eval mode, on ``map_location``).
+
+    ``path`` may also be a run's folder (its best checkpoint) or a model folder of ``multimodal export``.
+    """
+    if is_model_folder(path):
+        return _load_task_folder(Path(path), map_location)
     checkpoint = read_checkpoint(path, map_location)
     entry = checkpoint.get("multimodal")
     if entry is None:
@@ -64,6 +81,31 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
             tokenizer_path.write_text(entry["tokenizer"])
             tokenizer = tokenizer_class.load(tokenizer_path)
     return task, tokenizer
+
+
+def _load_task_folder(folder: Path, map_location: str) -> tuple[Any, Any | None]:
+    """The task of a model folder: its class (``tasks.`` only), its settings, the folder's weights and tokenizer."""
+    meta = read_model_folder(folder)
+    if "task" not in meta:
+        raise ValueError(f"{folder}: this model folder names no task (a converted model?); load it in Python with "
+                         f"multimodal.load")  # fmt: skip
+    task_class, arguments = checkpoint_task({"task": meta["task"]}, {**meta.get("task_settings", {}), "model": meta["model"]})
+    task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
+    missing, unexpected = load_model(task.model, str(folder / WEIGHTS_FILE), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{folder}: weights do not fit the config: missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")  # fmt: skip
+    tokenizer = None
+    if "tokenizer_class" in meta:
+        tokenizer = load_tokenizer(meta["tokenizer_class"], (folder / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    return task.to(map_location).eval(), tokenizer
+
+
+def data_settings(path: str | Path) -> dict[str, Any]:
+    """The data module's settings of the run that made a checkpoint or model folder (``{}`` if not recorded)."""
+    if is_model_folder(path):
+        return read_model_folder(path).get("data", {})
+    return read_checkpoint(path).get("datamodule_hyper_parameters", {}) or {}
 
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:

@@ -88,6 +88,13 @@ class LoadReport:
         return "\n".join(lines)
 
 
+def _read_source(source: str | os.PathLike[str], stack: str | None) -> Export:
+    """An export folder, a ``.safetensors`` file or a model folder (``multimodal export``'s) as an :class:`Export`."""
+    from multimodal.model_folder import folder_export, is_model_folder  # it builds models from this package
+
+    return folder_export(source, stack) if is_model_folder(source) else read_export(source)
+
+
 def load_blocks(
     model: nn.Module,
     source: str | os.PathLike[str] | Export,
@@ -100,7 +107,7 @@ def load_blocks(
 
     Args:
         model: A model built from the shared blocks, possibly with LoRA adapters (they stay as they are).
-        source: An export folder, a ``.safetensors`` file, or an :class:`Export` (a task checkpoint's:
+        source: A model folder, an export folder, a ``.safetensors`` file, or an :class:`Export` (a task checkpoint's:
             ``tasks.checkpoint.read_task_checkpoint``).
         select: Parts to load: ``blocks``, ``embeddings``, ``head``, or ``blocks[:k]`` for the first k blocks.
         strict: Raise on any missing / unexpected / mismatched tensor or block-shaping config field,
@@ -113,7 +120,7 @@ def load_blocks(
     Raises:
         ValueError: With every mismatch, and how to fix it.
     """
-    export = source if isinstance(source, Export) else read_export(source)
+    export = source if isinstance(source, Export) else _read_source(source, stack)
     wanted = select_names(model, select, stack)
     target_config = config_dict(getattr(model, "config", None))
     state = model.state_dict()

@@ -29,17 +29,15 @@ GPT-2 (``transformer.`` prefix optional)   ours
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import load_file
 from torch import Tensor
 
 from multimodal.convert.blocks import export_blocks
+from multimodal.convert.hf_folder import read_json, read_weights
 from multimodal.models import CausalLM, CausalLMConfig
 from multimodal.tokenizers.text import TextTokenizer
 
@@ -110,7 +108,7 @@ def load_gpt2(hf_dir: str | os.PathLike[str], **config_overrides: Any) -> Causal
         config_overrides: Changes to the derived :class:`CausalLMConfig` (e.g. ``dropout=0.0``).
     """
     folder = Path(hf_dir)
-    config = gpt2_config(_read_json(folder / "config.json"), **config_overrides)
+    config = gpt2_config(read_json(folder / "config.json"), **config_overrides)
     model = CausalLM(config)
     state = convert_gpt2_state_dict(read_weights(folder), config)
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -184,42 +182,3 @@ def convert_gpt2(
     return export_blocks(
         model, out_dir, tokenizer=tokenizer, metadata={"converted_from": f"gpt2:{Path(hf_dir)}"}
     )
-
-
-def read_weights(folder: str | os.PathLike[str]) -> dict[str, Tensor]:
-    """``model.safetensors`` (preferred) or ``pytorch_model.bin`` of a Hugging Face folder, without unpickling code.
-
-    Sharded checkpoints (``*.index.json``) are read shard by shard.
-    """
-    folder = Path(folder)
-    for index_name, reader in (
-        ("model.safetensors.index.json", _read_safetensors),
-        ("pytorch_model.bin.index.json", _read_bin),
-    ):
-        if (folder / index_name).is_file():
-            shards = sorted(set(_read_json(folder / index_name)["weight_map"].values()))
-            state: dict[str, Tensor] = {}
-            for shard in shards:
-                state.update(reader(folder / shard))
-            return state
-    if (folder / "model.safetensors").is_file():
-        return _read_safetensors(folder / "model.safetensors")
-    if (folder / "pytorch_model.bin").is_file():
-        return _read_bin(folder / "pytorch_model.bin")
-    raise FileNotFoundError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
-
-
-def _read_safetensors(path: Path) -> dict[str, Tensor]:
-    return load_file(str(path), device="cpu")
-
-
-def _read_bin(path: Path) -> dict[str, Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: give the Hugging Face GPT-2 folder (config.json + weights)"
-        )
-    return json.loads(path.read_text(encoding="utf-8"))

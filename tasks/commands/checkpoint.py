@@ -39,10 +39,11 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     first.add_argument("--checkpoint", type=Path)
     first.add_argument("--device", default=None)
     known, _ = first.parse_known_args(argv)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="a .ckpt written by `multimodal fit`")
+    parser.add_argument("--checkpoint", type=Path, required=True,
+                        help="a .ckpt written by `multimodal fit`, a run folder (its best checkpoint) or a model folder")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     task = tokenizer = None
-    if known.checkpoint is not None and known.checkpoint.is_file():
+    if known.checkpoint is not None and known.checkpoint.exists():
         import torch
 
         from tasks.checkpoint import load_task

@@ -1,9 +1,10 @@
-"""``multimodal convert gpt2|timm-vit`` and ``multimodal export``: weights in our export format.
+"""``multimodal convert gpt2|llama|timm-vit`` and ``multimodal export``: weights in our export format.
 
 The export format (``blocks.safetensors`` + ``config.json`` [+ ``tokenizer.json``], see
 :mod:`multimodal.convert.blocks`) is what a task's ``finetune.init_from`` takes::
 
     multimodal convert gpt2 --hf-dir path/to/gpt2 --out outputs/gpt2_converted
+    multimodal convert llama --hf-dir path/to/llama --out outputs/llama_converted
     multimodal convert timm-vit --weights vit_base_patch16_224.safetensors --out outputs/vit_converted
     multimodal export --checkpoint outputs/text_lm --out outputs/text_blocks
 """
@@ -27,6 +28,14 @@ def convert_command(argv: list[str]) -> None:
     gpt2.add_argument("--hf-dir", type=Path, required=True, help="the Hugging Face GPT-2 folder")
     gpt2.add_argument("--out", type=Path, required=True, help="output folder")
     gpt2.add_argument("--overwrite", action="store_true", help="replace an export already there")
+    llama = kinds.add_parser(
+        "llama",
+        help="a Hugging Face Llama folder (config.json + model.safetensors, sharded or not)",
+        description="Writes blocks.safetensors + config.json (+ tokenizer.json); init_from: OUT loads them.",
+    )
+    llama.add_argument("--hf-dir", type=Path, required=True, help="the Hugging Face Llama folder")
+    llama.add_argument("--out", type=Path, required=True, help="output folder")
+    llama.add_argument("--overwrite", action="store_true", help="replace an export already there")
     vit = kinds.add_parser(
         "timm-vit",
         help="a timm vit_* state dict (.safetensors, or .pth read with weights_only=True)",
@@ -50,6 +59,10 @@ def convert_command(argv: list[str]) -> None:
         from multimodal.convert.gpt2 import convert_gpt2
 
         out = convert_gpt2(args.hf_dir, args.out)
+    elif args.kind == "llama":
+        from multimodal.convert.llama import convert_llama
+
+        out = convert_llama(args.hf_dir, args.out)
     else:
         from multimodal.convert.timm_vit import convert_timm_vit
 
@@ -60,31 +73,30 @@ def convert_command(argv: list[str]) -> None:
 
 
 def export_command(argv: list[str]) -> None:
-    """``multimodal export``: writes a task checkpoint's model as blocks.safetensors + config.json.
+    """``multimodal export``: writes a task checkpoint's model as a model folder.
 
-    LoRA adapters are merged into the weights; the tokenizer stored in the checkpoint (if any) is
-    written as tokenizer.json. The folder is what ``finetune.init_from`` takes.
+    config.json (model family and config, task, data settings), model.safetensors (every weight;
+    LoRA adapters merged), tokenizer.json and a README.md saying what the model is. The folder
+    loads with ``multimodal.load(DIR)`` (no Lightning), works as ``--checkpoint`` of every command
+    and as ``finetune.init_from``.
     """
     parser = argparse.ArgumentParser(prog="multimodal export", description=export_command.__doc__)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="a .ckpt written by `multimodal fit`")
+    parser.add_argument("--checkpoint", type=Path, required=True,
+                        help="a .ckpt written by `multimodal fit`, or a run's folder (its best checkpoint)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an export already there")
-    parser.add_argument("--stack", default=None,
-                        help="two-stack models (conditional super-resolution): export `encoder` or `decoder`")  # fmt: skip
     args = parser.parse_args(argv)
-    if not args.checkpoint.is_file():
+    if not args.checkpoint.exists():
         parser.error(f"checkpoint not found: {args.checkpoint}")
-    _claim_export(args.out, args.overwrite)
-    from multimodal.convert.blocks import export_blocks
-    from tasks.checkpoint import load_task
+    from tasks.outputs import claim_outputs
 
-    task, tokenizer = load_task(args.checkpoint)
-    try:
-        out = export_blocks(task.model, args.out, tokenizer=tokenizer, stack=args.stack,
-                            metadata={"exported_from": str(args.checkpoint), "task": type(task).__name__})  # fmt: skip
-    except ValueError as error:
-        parser.error(str(error))
-    _print_summary(out)
+    files = ["config.json", "model.safetensors", "tokenizer.json", "README.md", "training_config.yaml"]
+    claim_outputs([args.out / name for name in files], args.overwrite)
+    from tasks.export import export_model_folder
+
+    out = export_model_folder(args.checkpoint, args.out)
+    print(f"wrote {out}: {(out / 'README.md').read_text(encoding='utf-8').splitlines()[0].lstrip('# ')}; "
+          f"load it with multimodal.load({str(out)!r}), or give it as --checkpoint, or finetune.init_from")  # fmt: skip
 
 
 def _print_summary(out: Path) -> None:

@@ -1,0 +1,227 @@
+"""A trained model is a folder: ``load(path)`` gives the model and its tokenizer, without Lightning.
+
+``multimodal export --checkpoint CKPT --out DIR`` writes::
+
+    DIR/config.json        {"format": "multimodal-model", "family": "CausalLM", "model": {...config...},
+                            "task": "tasks.music_continuation.MusicContinuation", "task_settings": {...},
+                            "tokenizer_class": "multimodal.tokenizers.midi.MidiTokenizer"}
+    DIR/model.safetensors  every weight of the model (tied weights stored once)
+    DIR/tokenizer.json     the tokenizer, when the model has one
+    DIR/README.md          what it is: task, data, validation numbers, parameters, the command that trained it
+
+:func:`load` takes such a folder, or a training checkpoint (``.ckpt``), and returns ``(model, tokenizer)`` in eval mode on the requested device. Nothing is
+unpickled (safetensors, JSON, ``torch.load(weights_only=True)``), and the classes a file names
+are looked up in :data:`FAMILIES` and under ``multimodal.tokenizers.`` only.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from multimodal.convert.export import Export, export_from_state_dict
+from multimodal.layers.lora import LoRALinear, merge_lora
+from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, ViTConfig
+from multimodal.models.image_transformer import ImageTransformer
+from multimodal.models.lm import CausalLM
+from multimodal.models.super_resolution import (
+    ConditionalImageTransformer,
+    ConditionalSuperResolutionConfig,
+    SuperResolutionConfig,
+    SuperResolutionRegressor,
+)
+from multimodal.models.vit import ViT
+
+FORMAT = "multimodal-model"
+CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, README_FILE = "config.json", "model.safetensors", "tokenizer.json", "README.md"
+
+#: Model family name -> (config class, model class). The only classes a model folder can name.
+FAMILIES: dict[str, tuple[type, Callable[[Any], nn.Module]]] = {
+    "CausalLM": (CausalLMConfig, CausalLM),
+    "ViT": (ViTConfig, ViT),
+    "ImageTransformer": (ImageTransformerConfig, ImageTransformer),
+    "SuperResolutionRegressor": (SuperResolutionConfig, SuperResolutionRegressor),
+    "ConditionalImageTransformer": (ConditionalSuperResolutionConfig, ConditionalImageTransformer),
+}
+
+#: The family of each task's model, for checkpoints that do not record it (written before it was).
+TASK_FAMILIES = {
+    "tasks.music_continuation.MusicContinuation": "CausalLM",
+    "tasks.language_modeling.LanguageModeling": "CausalLM",
+    "tasks.image_classification.ImageClassification": "ViT",
+    "tasks.classification.ImageClassification": "ViT",
+    "tasks.image_generation.ImageGeneration": "ImageTransformer",
+    "tasks.super_resolution.SuperResolution": "SuperResolutionRegressor",
+    "tasks.super_resolution.AutoregressiveSuperResolution": "ConditionalImageTransformer",
+}
+
+
+def family_of(model: nn.Module) -> str:
+    """The :data:`FAMILIES` name of ``model``'s class."""
+    for name, (_, model_class) in FAMILIES.items():
+        if type(model) is model_class:
+            return name
+    raise ValueError(f"{type(model).__name__} is not a model family a folder can hold ({sorted(FAMILIES)})")
+
+
+def save_model_folder(
+    model: nn.Module,
+    folder: str | Path,
+    *,
+    tokenizer: Any | None = None,
+    task: str | None = None,
+    task_settings: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+    readme: str | None = None,
+) -> Path:
+    """Writes ``model`` (with its config, tokenizer and a README) as a model folder; returns the folder.
+
+    Args:
+        model: One of the :data:`FAMILIES`, with a ``config`` dataclass; LoRA adapters are merged
+            into the weights (on a copy).
+        folder: Where to write (created).
+        tokenizer: Saved as ``tokenizer.json`` (any of ``multimodal.tokenizers``).
+        task: Class path of the task that trained it (the CLI commands rebuild that task).
+        task_settings: The task's other init arguments (class names, sampling defaults, ...).
+        data: The data settings of the run (held-out pieces, context length) for the commands.
+        readme: Text of ``README.md``.
+    """
+    if any(isinstance(module, LoRALinear) for module in model.modules()):
+        model = merge_lora(copy.deepcopy(model))  # the folder holds plain weights; the caller's model is unchanged
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"format": FORMAT, "family": family_of(model), "model": dataclasses.asdict(model.config)}
+    if task is not None:
+        meta["task"], meta["task_settings"] = task, task_settings or {}
+    if data is not None:
+        meta["data"] = data
+    if tokenizer is not None:
+        tokenizer.save(folder / TOKENIZER_FILE)
+        meta["tokenizer_class"] = f"{type(tokenizer).__module__}.{type(tokenizer).__qualname__}"
+    save_model(model, str(folder / WEIGHTS_FILE))
+    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
+    if readme is not None:
+        (folder / README_FILE).write_text(readme, encoding="utf-8")
+    return folder
+
+
+def is_model_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder written by :func:`save_model_folder`."""
+    config = Path(path) / CONFIG_FILE
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("format") == FORMAT
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+
+
+def read_model_folder(path: str | Path) -> dict[str, Any]:
+    """The ``config.json`` of a model folder, checked: the format, a known family, its weights file there."""
+    folder = Path(path)
+    config_path = folder / CONFIG_FILE
+    if not config_path.is_file():
+        raise FileNotFoundError(2, f"no {CONFIG_FILE}: not a model folder (make one with `multimodal export`)", str(folder))
+    try:
+        meta = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{config_path}: not valid JSON ({error})") from error
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{config_path}: not a {FORMAT} config (its 'format' is {meta.get('format') if isinstance(meta, dict) else None!r})")
+    if meta.get("family") not in FAMILIES:
+        raise ValueError(f"{config_path}: unknown model family {meta.get('family')!r}; a folder can hold {sorted(FAMILIES)}")
+    if not (folder / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(2, f"the model folder has no {WEIGHTS_FILE}", str(folder))
+    if "tokenizer_class" in meta and not (folder / TOKENIZER_FILE).is_file():
+        raise FileNotFoundError(2, f"config.json names a tokenizer but {TOKENIZER_FILE} is missing", str(folder))
+    return meta
+
+
+def build_model(family: str, config: dict[str, Any]) -> nn.Module:
+    """A freshly initialised model of ``family`` from its config dict."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; known: {sorted(FAMILIES)}")
+    config_class, model_class = FAMILIES[family]
+    return model_class(config_class(**config))
+
+
+def load_tokenizer(class_path: str, json_text: str) -> Any:
+    """A tokenizer from its JSON, its class taken from ``multimodal.tokenizers.`` only."""
+    if not class_path.startswith("multimodal.tokenizers."):
+        raise ValueError(f"refusing to import {class_path!r}: only multimodal.tokenizers.* classes load")
+    module, _, name = class_path.rpartition(".")
+    tokenizer_class = getattr(importlib.import_module(module), name)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / TOKENIZER_FILE
+        path.write_text(json_text, encoding="utf-8")
+        return tokenizer_class.load(path)
+
+
+def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any | None]:
+    """``(model, tokenizer)`` of a model folder or a training checkpoint, in eval mode on ``device``.
+
+    Args:
+        path: A model folder (``multimodal export``) or a ``.ckpt`` written by ``multimodal fit``
+            (the commands also take a run's folder: ``tasks.runs.resolve_checkpoint``).
+        device: Where the model goes.
+
+    Returns:
+        The model and its tokenizer (None for models without one: ViT, super-resolution).
+    """
+    path = Path(path)
+    if is_model_folder(path):
+        meta = read_model_folder(path)
+        model = build_model(meta["family"], meta["model"])
+        missing, unexpected = load_model(model, str(path / WEIGHTS_FILE), strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{path / WEIGHTS_FILE}: weights do not fit the config: missing {sorted(missing)[:5]}, "
+                             f"unexpected {sorted(unexpected)[:5]}")  # fmt: skip
+        tokenizer = None
+        if "tokenizer_class" in meta:
+            tokenizer = load_tokenizer(meta["tokenizer_class"], (path / TOKENIZER_FILE).read_text(encoding="utf-8"))
+        return model.to(device).eval(), tokenizer
+    return _load_checkpoint(path, device)
+
+
+def _load_checkpoint(path: Path, device: str | torch.device) -> tuple[nn.Module, Any | None]:
+    """A Lightning checkpoint of one of our tasks, read as tensors and plain values only."""
+    checkpoint_path = path
+    if path.is_dir():
+        raise FileNotFoundError(2, "neither a model folder (no config.json of `multimodal export`) nor a checkpoint file",
+                                str(path))  # fmt: skip
+    try:
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated zips, pickles needing code, text files, ...
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{checkpoint_path}: not a readable checkpoint or model folder ({detail[:200]})") from error
+    entry = checkpoint.get("multimodal") if isinstance(checkpoint, dict) else None
+    if not entry:
+        raise ValueError(f"{checkpoint_path}: not written by a multimodal task (no 'multimodal' entry)")
+    family = entry.get("family") or TASK_FAMILIES.get(entry.get("task", ""))
+    config = (checkpoint.get("hyper_parameters") or {}).get("model")
+    if family is None or not isinstance(config, dict):
+        raise ValueError(f"{checkpoint_path}: its task {entry.get('task')!r} has no model family a folder can hold")
+    if family == "SuperResolutionRegressor" and "method" in config:
+        raise ValueError(f"{checkpoint_path}: a super-resolution checkpoint of the old layout; load it with "
+                         f"tasks.checkpoint.load_task, or export it with `multimodal export`")  # fmt: skip
+    model = build_model(family, config)
+    state = {name[len("model.") :]: value for name, value in checkpoint["state_dict"].items() if name.startswith("model.")}
+    model.load_state_dict(state)
+    tokenizer = load_tokenizer(entry["tokenizer_class"], entry["tokenizer"]) if "tokenizer" in entry else None
+    return model.to(device).eval(), tokenizer
+
+
+def folder_export(folder: str | Path, stack: str | None = None) -> Export:
+    """A model folder's weights under export names, for ``finetune.init_from`` (``stack``: which stack of two)."""
+    model, _ = load(folder)
+    return export_from_state_dict(model.state_dict(), dataclasses.asdict(model.config), str(folder), stack)

@@ -1,0 +1,79 @@
+"""A training checkpoint written out as a model folder (:mod:`multimodal.model_folder`) with a README.
+
+The README says what the model is and how it came to be, from what the checkpoint and its run
+folder record: the task, the data settings, the monitored validation score, the parameter count,
+the config the run was started with (copied beside it as ``training_config.yaml``) and the command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
+
+from multimodal.model_folder import save_model_folder
+from tasks.checkpoint import load_task, read_checkpoint
+from tasks.runs import RUNS, resolve_checkpoint, run_of
+
+
+def export_model_folder(checkpoint: str | Path, out: str | Path) -> Path:
+    """Writes ``out/`` (config.json, model.safetensors, tokenizer.json, README.md) for a task checkpoint or run folder."""
+    path = resolve_checkpoint(checkpoint)
+    saved = read_checkpoint(path)
+    task, tokenizer = load_task(path)
+    settings = {key: value for key, value in dict(saved.get("hyper_parameters", {})).items() if key != "model"}
+    out = Path(out)
+    run_config = _run_config(path)
+    readme = describe_run(task, saved, path, run_config)
+    save_model_folder(task.model, out, tokenizer=tokenizer, task=saved["multimodal"]["task"], task_settings=settings,
+                      data=dict(saved.get("datamodule_hyper_parameters") or {}), readme=readme)  # fmt: skip
+    if run_config is not None:
+        shutil.copyfile(run_config, out / "training_config.yaml")
+    return out
+
+
+def describe_run(task: Any, saved: dict[str, Any], path: Path, run_config: Path | None) -> str:
+    """The README of an exported model: task, model, data, validation, training."""
+    config = task.model.config
+    parameters = sum(p.numel() for p in task.model.parameters())
+    fields = dataclasses.asdict(config)
+    shape = ", ".join(f"{key} {fields[key]}" for key in ("dim", "num_layers", "num_heads", "position", "attention")
+                      if key in fields)  # fmt: skip
+    data = saved.get("datamodule_hyper_parameters") or {}
+    data_line = ", ".join(f"{key} {value}" for key, value in data.items() if value is not None and not isinstance(value, dict))
+    scores = [
+        f"{state['monitor']} = {float(state['best_model_score']):.4f}"
+        for name, state in (saved.get("callbacks") or {}).items()
+        if name.startswith("ModelCheckpoint") and state.get("best_model_score") is not None and state.get("monitor")
+    ]
+    command = f"multimodal fit --config {run_config}" if run_config is not None else "multimodal fit (config not found beside the checkpoint)"
+    return "\n".join([
+        f"# {type(task).__name__}: {type(task.model).__name__}",
+        "",
+        f"- task: `{saved['multimodal']['task']}`",
+        f"- model: {type(task.model).__name__}, {parameters / 1e6:.2f} M parameters; {shape}",
+        f"- data: {data_line or 'not recorded'}",
+        f"- validation: {'; '.join(scores) or 'not recorded'}",
+        f"- trained: {saved.get('global_step', '?')} steps, {saved.get('epoch', 0) + 1} epochs; from `{path}`",
+        f"- command: `{command}` (the config is `training_config.yaml` here)" if run_config else f"- command: {command}",
+        "",
+        "Load it without Lightning:",
+        "",
+        "```python",
+        "from multimodal import load",
+        'model, tokenizer = load("THIS_FOLDER")',
+        "```",
+        "",
+        "or use the folder wherever a command takes `--checkpoint` (`multimodal generate --checkpoint THIS_FOLDER`).",
+        "",
+    ])  # fmt: skip
+
+
+def _run_config(checkpoint: Path) -> Path | None:
+    """The ``config.yaml`` Lightning saved in the checkpoint's run folder, if the checkpoint lies in one."""
+    run = run_of(checkpoint)
+    if run is None:
+        return None
+    config = run[0] / RUNS / run[1] / "config.yaml"
+    return config if config.is_file() else None
