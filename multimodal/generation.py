@@ -126,6 +126,7 @@ def generate(
     use_cache: bool = True,
     progress: bool = False,
     shaping: Shaping | None = None,
+    prompt_padding: Tensor | None = None,
 ) -> Tensor:
     """Continues ``prompt`` ``(batch, prompt_len)``; returns ``(batch, prompt_len + new)`` token ids.
 
@@ -134,9 +135,15 @@ def generate(
     A row stops at ``eos_id`` or one of ``shaping.stop_ids``; stopped rows are padded with
     ``eos_id`` (or their stop id) and decoding ends when every row has stopped. Decoding runs under
     ``torch.inference_mode``; the returned ids are an ordinary tensor.
+
+    ``prompt_padding`` ``(batch, prompt_len)`` bool marks padding on the *left* of shorter prompts
+    (:func:`generate_batch` makes it): the model then gets the padding as ``key_padding_mask`` and
+    each row's own positions (``positions``, its first real token at 0), so every row decodes as it
+    would alone. The model must take both keywords (``CausalLM`` does).
     """
     steps = generate_stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                            eos_id=eos_id, generator=generator, use_cache=use_cache, shaping=shaping)  # fmt: skip
+                            eos_id=eos_id, generator=generator, use_cache=use_cache, shaping=shaping,
+                            prompt_padding=prompt_padding)  # fmt: skip
     new = list(tqdm(steps, total=max_new_tokens, disable=not progress, desc="generating", unit="tok"))
     return torch.cat([prompt, torch.stack(new, dim=1)], dim=1) if new else prompt.clone()
 
@@ -153,6 +160,7 @@ def generate_stream(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     shaping: Shaping | None = None,
+    prompt_padding: Tensor | None = None,
 ) -> Iterator[Tensor]:
     """:func:`generate` as an iterator: yields each new token ``(batch,)`` as soon as it is decoded."""
     check_sampling(temperature, top_k, top_p)
@@ -161,6 +169,7 @@ def generate_stream(
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt must be token ids (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}")
     shaping = shaping or Shaping()
+    pads = _left_padding(prompt_padding, prompt)  # (batch,) padding tokens before each prompt, or None
     stops = tuple(dict.fromkeys([*([] if eos_id is None else [eos_id]), *shaping.stop_ids]))
     was_training = model.training
     model.eval()
@@ -175,11 +184,17 @@ def generate_stream(
             finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
             ended_with = tokens.new_full((batch,), stops[0] if stops else 0)
             stop_ids = torch.tensor(stops, dtype=tokens.dtype, device=tokens.device)
-        step_input = prompt
+            padding = None
+            if pads is not None:
+                padding = torch.zeros(batch, length + max_new_tokens, dtype=torch.bool, device=prompt.device)
+                padding[:, :length] = prompt_padding
+        step_input, start = prompt, 0
         for step in range(max_new_tokens):
             with torch.inference_mode():
-                logits = model(step_input, state=state)[:, -1] if use_cache else model(tokens[:, :length])[:, -1]
-                logits = _shape(logits, tokens[:, :length], shaping, stops, step)
+                if not use_cache:
+                    step_input, start = tokens[:, :length], 0
+                logits = model(step_input, state=state, **_padded(padding, pads, start, step_input.shape[1]))[:, -1]
+                logits = _shape(logits, tokens[:, :length], shaping, stops, step, pads)
                 next_token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p,
                                          min_p=shaping.min_p, generator=generator)  # fmt: skip
                 if stops:
@@ -190,7 +205,7 @@ def generate_stream(
                     finished |= stopped
                 tokens[:, length] = next_token
                 length += 1
-                step_input = tokens[:, length - 1 : length]
+                step_input, start = tokens[:, length - 1 : length], length - 1
             yield next_token.clone()
             if stops and bool(finished.all()):
                 break
@@ -198,13 +213,81 @@ def generate_stream(
         model.train(was_training)
 
 
-def _shape(logits: Tensor, tokens: Tensor, shaping: Shaping, stops: tuple[int, ...], step: int) -> Tensor:
-    """The rules of ``shaping`` applied to one step's logits ``(batch, vocab)``."""
+def generate_batch(
+    model: DecodingModel, prompts: list[Tensor | list[int]], max_new_tokens: int, **options: Any
+) -> list[Tensor]:
+    """Continues prompts of different lengths in one batch; returns each row's ids (prompt + new) ``(length,)``.
+
+    The prompts are padded on the left and decoded together (:func:`generate` with
+    ``prompt_padding``), each exactly as it would be alone. A row that stopped (EOS or a stop id)
+    ends at its stop token. ``options`` are those of :func:`generate`.
+    """
+    if not prompts:
+        raise ValueError("no prompt to continue")
+    rows = [torch.as_tensor(prompt, dtype=torch.long) for prompt in prompts]
+    if any(row.dim() != 1 or len(row) == 0 for row in rows):
+        raise ValueError("each prompt must be a non-empty 1-D sequence of token ids")
+    longest = max(len(row) for row in rows)
+    padded = torch.zeros(len(rows), longest, dtype=torch.long)
+    padding = torch.ones(len(rows), longest, dtype=torch.bool)
+    for index, row in enumerate(rows):
+        padded[index, longest - len(row) :] = row
+        padding[index, longest - len(row) :] = False
+    device = next(iter(model.parameters()), torch.empty(0)).device if hasattr(model, "parameters") else None
+    out = generate(model, padded.to(device), max_new_tokens, prompt_padding=padding.to(device), **options)
+    shaping = options.get("shaping") or Shaping()
+    stops = {*([] if options.get("eos_id") is None else [options["eos_id"]]), *shaping.stop_ids}
+    results = []
+    for index, row in enumerate(rows):
+        ids = out[index, longest - len(row) :]
+        new = ids[len(row) :].tolist()
+        ended = next((position for position, token in enumerate(new) if token in stops), None)
+        results.append(ids if ended is None else ids[: len(row) + ended + 1])
+    return results
+
+
+def _left_padding(prompt_padding: Tensor | None, prompt: Tensor) -> Tensor | None:
+    """Padding tokens before each row's prompt ``(batch,)``; checks the padding is on the left and leaves a token."""
+    if prompt_padding is None:
+        return None
+    if prompt_padding.shape != prompt.shape:
+        raise ValueError(f"prompt_padding must be (batch, prompt_len) = {tuple(prompt.shape)}, got {tuple(prompt_padding.shape)}")
+    pads = prompt_padding.sum(1)
+    expected = torch.arange(prompt.shape[1], device=prompt.device)[None, :] < pads[:, None]
+    if not torch.equal(expected, prompt_padding.bool()) or bool((pads >= prompt.shape[1]).any()):
+        raise ValueError("prompt_padding must pad on the left (True before each prompt) and leave every row a token")
+    return pads
+
+
+def _padded(padding: Tensor | None, pads: Tensor | None, start: int, length: int) -> dict[str, Tensor]:
+    """The model's ``key_padding_mask`` (every position so far) and ``positions`` for tokens ``start .. start + length - 1``."""
+    if padding is None:
+        return {}
+    positions = torch.arange(start, start + length, device=pads.device)[None, :] - pads[:, None]
+    return {"key_padding_mask": padding[:, : start + length], "positions": positions.clamp(min=0)}
+
+
+def _shape(
+    logits: Tensor, tokens: Tensor, shaping: Shaping, stops: tuple[int, ...], step: int, pads: Tensor | None = None
+) -> Tensor:
+    """The rules of ``shaping`` applied to one step's logits ``(batch, vocab)`` (rows' padding left out)."""
     if shaping.repetition_penalty != 1.0:
-        logits = repetition_penalty(logits.float(), tokens, shaping.repetition_penalty)
+        seen = tokens if pads is None else _without_padding(tokens, pads)
+        logits = repetition_penalty(logits.float(), seen, shaping.repetition_penalty)
     if shaping.no_repeat_ngram_size:
-        banned = no_repeat_ngram_mask(tokens, shaping.no_repeat_ngram_size, logits.shape[-1])
+        size, vocab = shaping.no_repeat_ngram_size, logits.shape[-1]
+        if pads is None:
+            banned = no_repeat_ngram_mask(tokens, size, vocab)
+        else:
+            banned = torch.cat([no_repeat_ngram_mask(tokens[row : row + 1, int(pads[row]) :], size, vocab)
+                                for row in range(tokens.shape[0])])  # fmt: skip
         logits = logits.float().masked_fill(banned, float("-inf"))
     if step < shaping.min_new_tokens:
         logits = forbid(logits.float(), stops)
     return logits
+
+
+def _without_padding(tokens: Tensor, pads: Tensor) -> Tensor:
+    """``tokens`` with each row's padding replaced by its first real token (presence-based rules then ignore it)."""
+    first = tokens.gather(1, pads[:, None])
+    return torch.where(torch.arange(tokens.shape[1], device=tokens.device)[None, :] < pads[:, None], first, tokens)

@@ -15,7 +15,7 @@ from torch import nn
 
 from multimodal.beam_search import beam_search
 from multimodal.data.music import MidiCorpus, MidiPieceWindows
-from multimodal.generation import generate
+from multimodal.generation import generate, generate_batch
 from multimodal.music_stats import ExcerptStats, excerpt_stats
 from multimodal.synthesis import midi_to_waveform, spectrogram_png, write_wav
 from multimodal.tokenizers.midi import MidiTokenizer
@@ -74,21 +74,62 @@ def continue_music(
             model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
             eos_id=tokenizer.eos_id, generator=generator, progress=progress,
         )  # fmt: skip
-    primer_end = tokenizer.decode(primer).get_end_time()
-    written = []
-    for index, row in enumerate(tokens.tolist()):
-        midi = tokenizer.decode(row)
-        path = out_dir / f"sample_{index}.mid"
-        midi.write(str(path))
-        piano_roll_png(midi, path.with_suffix(".png"), primer_end_seconds=primer_end,
-                       title=f"sample {index}: primer (blue) and continuation (orange)")  # fmt: skip
-        if audio:
-            waveform = midi_to_waveform(midi, sample_rate)
-            write_wav(path.with_suffix(".wav"), waveform, sample_rate)
-            if waveform.numel() > 2048:  # a spectrogram needs at least one FFT window
-                spectrogram_png(waveform, sample_rate, out_dir / f"sample_{index}_spectrogram.png")
-        written.append(path)
+    return [_write_sample(tokenizer, row, primer, out_dir / f"sample_{index}.mid", f"sample {index}", audio,
+                          sample_rate) for index, row in enumerate(tokens.tolist())]  # fmt: skip
+
+
+def continue_primers(
+    model: nn.Module,
+    tokenizer: MidiTokenizer,
+    primers: dict[str, list[int]],
+    out_dir: str | Path,
+    *,
+    batch_size: int = 8,
+    max_new_tokens: int = 512,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    audio: bool = True,
+    sample_rate: int = 16000,
+) -> list[Path]:
+    """Continues many primers, ``batch_size`` at a time, into ``<name>.mid``, ``.png`` (and ``.wav``).
+
+    Primers of different lengths share a batch (padded on the left,
+    :func:`~multimodal.generation.generate_batch`); each continues as it would alone. ``primers``
+    maps an output name to its event ids. Returns the MIDI paths, in the order of ``primers``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    names, written = list(primers), []
+    for start in range(0, len(names), batch_size):
+        chunk = names[start : start + batch_size]
+        rows = generate_batch(model, [primers[name] for name in chunk], max_new_tokens, temperature=temperature,
+                              top_k=top_k, top_p=top_p, eos_id=tokenizer.eos_id, generator=generator)  # fmt: skip
+        for name, row in zip(chunk, rows, strict=True):
+            written.append(_write_sample(tokenizer, row.tolist(), primers[name], out_dir / f"{name}.mid", name,
+                                         audio, sample_rate))  # fmt: skip
     return written
+
+
+def _write_sample(
+    tokenizer: MidiTokenizer, ids: list[int], primer: list[int], path: Path, title: str, audio: bool, sample_rate: int
+) -> Path:
+    """Writes one continuation as MIDI, its piano roll (primer blue, continuation orange) and, with ``audio``, WAV."""
+    midi = tokenizer.decode(ids)
+    midi.write(str(path))
+    piano_roll_png(midi, path.with_suffix(".png"), primer_end_seconds=tokenizer.decode(primer).get_end_time(),
+                   title=f"{title}: primer (blue) and continuation (orange)")  # fmt: skip
+    if audio:
+        waveform = midi_to_waveform(midi, sample_rate)
+        write_wav(path.with_suffix(".wav"), waveform, sample_rate)
+        if waveform.numel() > 2048:  # a spectrogram needs at least one FFT window
+            spectrogram_png(waveform, sample_rate, path.with_name(f"{path.stem}_spectrogram.png"))
+    return path
 
 
 def evaluate_continuations(

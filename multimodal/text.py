@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from multimodal.beam_search import beam_search
 from multimodal.data.text_windows import DocumentWindows, evaluation_loader, token_byte_lengths
-from multimodal.generation import Shaping, generate_stream
+from multimodal.generation import Shaping, generate_batch, generate_stream
 from multimodal.tokenizers.text import TextTokenizer
 
 IGNORE_INDEX = -100
@@ -62,6 +62,58 @@ def continue_text(
                                         top_k=top_k, top_p=top_p, seed=seed, stop=stop, shaping=shaping))  # fmt: skip
 
 
+def continue_texts(
+    model: nn.Module,
+    tokenizer: TextTokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    batch_size: int = 8,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop: Sequence[str] = (),
+    shaping: Shaping | None = None,
+) -> list[str]:
+    """Each prompt followed by its continuation, decoded ``batch_size`` prompts at a time.
+
+    Prompts of different lengths share a batch (padded on the left,
+    :func:`~multimodal.generation.generate_batch`); each continues as it would alone (the same
+    tokens as :func:`continue_text` when greedy). Stops at EOS or the first ``stop`` string, per prompt.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if any(not text for text in stop):
+        raise ValueError("stop strings must not be empty")
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    texts = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        rows = [[tokenizer.eos_id, *tokenizer.encode(prompt)] for prompt in chunk]
+        _check_length(model, max(len(row) for row in rows), max_new_tokens)
+        outputs = generate_batch(model, rows, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 eos_id=tokenizer.eos_id, generator=generator, shaping=shaping)  # fmt: skip
+        for prompt, row, ids in zip(chunk, rows, outputs, strict=True):
+            new = [token for token in ids[len(row) :].tolist() if token != tokenizer.eos_id]
+            text = tokenizer.decode(new)
+            cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
+            texts.append(prompt + text[:cut])
+    return texts
+
+
+def _check_length(model: nn.Module, prompt_tokens: int, max_new_tokens: int) -> None:
+    """A learned-position model cannot go past its ``max_seq_len``: an error naming the numbers."""
+    config = getattr(model, "config", None)
+    if config is not None and config.position == "learned" and prompt_tokens + max_new_tokens > config.max_seq_len:
+        raise ValueError(
+            f"prompt ({prompt_tokens} tokens with the leading EOS) + max_new_tokens={max_new_tokens} "
+            f"exceeds max_seq_len={config.max_seq_len} of this learned-position model; lower "
+            f"--max-new-tokens or shorten the prompt"
+        )
+
+
 def stream_text(
     model: nn.Module,
     tokenizer: TextTokenizer,
@@ -81,17 +133,7 @@ def stream_text(
     a ``stop`` string is never yielded (the pieces stop just before it).
     """
     prompt_ids = [tokenizer.eos_id, *tokenizer.encode(prompt)]
-    config = getattr(model, "config", None)
-    if (
-        config is not None
-        and config.position == "learned"
-        and len(prompt_ids) + max_new_tokens > config.max_seq_len
-    ):
-        raise ValueError(
-            f"prompt ({len(prompt_ids)} tokens with the leading EOS) + max_new_tokens={max_new_tokens} "
-            f"exceeds max_seq_len={config.max_seq_len} of this learned-position model; lower "
-            f"--max-new-tokens or shorten the prompt"
-        )
+    _check_length(model, len(prompt_ids), max_new_tokens)
     if any(not text for text in stop):
         raise ValueError("stop strings must not be empty")
     device = next(model.parameters()).device

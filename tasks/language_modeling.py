@@ -16,22 +16,23 @@ Units (see ``docs/text.md`` for the exact definition of the evaluation windows):
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import pytorch_lightning as pl
-import torch
 from torch import Tensor
 
 from multimodal.data.text import find_text_files, read_text_file
 from multimodal.generation import Shaping
-from multimodal.text import Score, continue_text, score_text, stream_text, window_sums
+from multimodal.text import Score, continue_text, continue_texts, score_text, stream_text, window_sums
 from multimodal.tokenizers.text import TextTokenizer
 from tasks.arguments import non_negative_int, positive_float, positive_int, probability
 from tasks.causal_lm import CausalLMTask
-from tasks.outputs import claim_outputs, log_folder
+from tasks.checkpoint import data_settings
+from tasks.outputs import claim_outputs, log_folder, show_text
 
 
 class LanguageModeling(CausalLMTask):
@@ -71,6 +72,9 @@ class LanguageModeling(CausalLMTask):
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         """Options of ``multimodal generate`` for text checkpoints."""
         parser.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
+        parser.add_argument("--prompt-file", type=Path, default=None,
+                            help="continue each line of this file (\\n for a newline inside a prompt), in batches")
+        parser.add_argument("--batch-size", type=positive_int, default=8, help="--prompt-file: prompts per batch")
         parser.add_argument("--max-new-tokens", type=non_negative_int, default=200)
         parser.add_argument("--stream", action="store_true", help="print the text as it is decoded")
         parser.add_argument("--stop", action="append", default=[], help="stop before this string (repeatable)")
@@ -91,6 +95,9 @@ class LanguageModeling(CausalLMTask):
                 raise IsADirectoryError(21, "is a folder; --out takes a file name for text", str(args.out))
         shaping = Shaping(min_new_tokens=args.min_new_tokens, repetition_penalty=args.repetition_penalty,
                           no_repeat_ngram_size=args.no_repeat_ngram_size, min_p=args.min_p)  # fmt: skip
+        if args.prompt_file is not None:
+            self._generate_from_file(tokenizer, args, shaping)
+            return
         if args.num_beams > 1:
             text = continue_text(self.model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop,
                                  num_beams=args.num_beams, length_penalty=args.length_penalty)  # fmt: skip
@@ -114,6 +121,28 @@ class LanguageModeling(CausalLMTask):
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
+
+
+    def _generate_from_file(self, tokenizer: TextTokenizer, args: argparse.Namespace, shaping: Shaping) -> None:
+        """``--prompt-file``: every line continued, ``--batch-size`` at a time; JSON Lines to ``--out``."""
+        if args.num_beams > 1 or args.stream:
+            raise ValueError("--prompt-file decodes in batches: it takes neither --num-beams nor --stream")
+        if not args.prompt_file.is_file():
+            raise FileNotFoundError(2, "no such prompt file", str(args.prompt_file))
+        lines = (read_text_file(args.prompt_file) or "").splitlines()
+        prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
+        if not prompts:
+            raise ValueError(f"{args.prompt_file}: no prompt in it (one per line)")
+        texts = continue_texts(self.model, tokenizer, prompts, args.max_new_tokens, batch_size=args.batch_size,
+                               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                               stop=args.stop, shaping=shaping)  # fmt: skip
+        for index, text in enumerate(texts):
+            sys.stdout.write(f"# prompt {index + 1}\n{text}{'' if text.endswith(chr(10)) else chr(10)}\n")
+        if args.out is not None:
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            records = [json.dumps({"prompt": p, "text": t}, ensure_ascii=False) for p, t in zip(prompts, texts, strict=True)]
+            out.write_text("\n".join(records) + "\n", encoding="utf-8")
 
 
 class TextSampleCallback(pl.Callback):
@@ -176,6 +205,7 @@ class TextSampleCallback(pl.Callback):
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+        show_text(trainer, "text/sample", text)
 
 
 # -------------------------------------------------------------------------- multimodal perplexity
@@ -212,9 +242,7 @@ def _run_perplexity(task: LanguageModeling, tokenizer: TextTokenizer, args: argp
 
 def _default_windows(checkpoint: Path, task: LanguageModeling, context: int | None, stride: int | None):
     """The run's evaluation context (its ``seq_len``) and test stride, unless given."""
-    data = torch.load(checkpoint, map_location="cpu", weights_only=True).get(
-        "datamodule_hyper_parameters", {}
-    )
+    data = data_settings(checkpoint)
     run_context = data.get("seq_len") or task.config.max_seq_len
     if stride is None:
         run_stride = data.get("test_stride") if context in (None, run_context) else None

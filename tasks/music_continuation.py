@@ -7,20 +7,21 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
-
-import torch
 
 from multimodal.data.music import MidiCorpus, load_bach_chorales, load_midi_files
 from multimodal.music import (
     MusicScore,
     continue_music,
+    continue_primers,
     primer_ids,
     score_music,
 )
 from multimodal.tokenizers.midi import MidiTokenizer, notes_from_midi
 from tasks.arguments import non_negative_int, positive_float, positive_int
 from tasks.causal_lm import CausalLMTask
+from tasks.checkpoint import data_settings
 from tasks.outputs import claim_outputs
 
 
@@ -57,7 +58,7 @@ class MusicContinuation(CausalLMTask):
         Each file is scored as validation scores a held-out piece, so the total over the run's
         held-out pieces equals its ``val_nll``. Files that cannot be read are skipped with a warning.
         """
-        data = torch.load(args.checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
+        data = data_settings(args.checkpoint)
         seq_len = args.seq_len or data.get("seq_len") or self.config.max_seq_len
         corpus = load_midi_files(args.files)
         print(f"windows of {seq_len} events; nll in nats per event, per note and per second of music")
@@ -77,7 +78,10 @@ class MusicContinuation(CausalLMTask):
     @staticmethod
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         """Options of ``multimodal generate`` for music checkpoints."""
-        parser.add_argument("--primer", type=Path, help="MIDI file to continue (default: a held-out chorale)")
+        parser.add_argument("--primer", type=Path,
+                            help="MIDI file to continue (default: a held-out chorale), or a folder: each file "
+                                 "continued once, --batch-size at a time, into <name>.mid/.png/.wav")  # fmt: skip
+        parser.add_argument("--batch-size", type=positive_int, default=8, help="a folder of primers: files per batch")
         parser.add_argument("--primer-seconds", type=positive_float, default=5.0, help="length of the primer (s)")
         parser.add_argument("--num-samples", type=positive_int, default=1)
         parser.add_argument("--max-new-tokens", type=non_negative_int, default=512)
@@ -87,6 +91,9 @@ class MusicContinuation(CausalLMTask):
 
     def run_generate(self, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
         """Writes ``sample_{i}.mid/.png/.wav`` continuations of the primer to ``args.out``."""
+        if args.primer is not None and args.primer.is_dir():
+            self._continue_folder(tokenizer, args)
+            return
         if args.primer is not None:
             notes, source = notes_from_midi(args.primer), str(args.primer)
             if not len(notes[notes[:, 1] < args.primer_seconds]):
@@ -109,6 +116,41 @@ class MusicContinuation(CausalLMTask):
             print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav preview'})")
 
 
+    def _continue_folder(self, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
+        """``--primer FOLDER``: every MIDI file in it (corrupt or note-less ones skipped, named) continued once."""
+        if args.num_beams > 1 or args.num_samples > 1:
+            raise ValueError("--primer FOLDER continues each file once: it takes neither --num-beams nor --num-samples")
+        primers, skipped = {}, []
+        for path in sorted(p for p in args.primer.rglob("*") if p.suffix.lower() in (".mid", ".midi")):
+            try:
+                notes = notes_from_midi(path)
+            except ValueError as error:
+                skipped.append(str(error))
+                continue
+            if not len(notes[notes[:, 1] < args.primer_seconds]):
+                skipped.append(f"{path}: no note starts in its first {args.primer_seconds:g} s")
+                continue
+            primers[path.relative_to(args.primer).with_suffix("").as_posix().replace("/", "_")] = primer_ids(
+                notes, tokenizer, args.primer_seconds
+            )
+        for problem in skipped:
+            warnings.warn(f"skipping {problem}", stacklevel=2)
+        if not primers:
+            raise ValueError(f"{args.primer}: no MIDI file with notes in its first {args.primer_seconds:g} s "
+                             f"({len(skipped)} skipped)")  # fmt: skip
+        out = Path(args.out)
+        claim_outputs([out / f"{name}{suffix}" for name in primers
+                       for suffix in (".mid", ".png", ".wav", "_spectrogram.png")], args.overwrite)  # fmt: skip
+        paths = continue_primers(
+            self.model, tokenizer, primers, out, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, audio=not args.no_audio,
+        )  # fmt: skip
+        print(f"continued the first {args.primer_seconds:g} s of {len(paths)} file(s) of {args.primer}"
+              + (f" ({len(skipped)} skipped)" if skipped else ""))  # fmt: skip
+        for path in paths:
+            print(f"wrote {path}")
+
+
 def _score_row(name: str, score: MusicScore) -> str:
     name = name if len(name) <= 44 else "…" + name[-43:]
     return (f"{name:<44} {score.events:>8} {score.notes:>7} {score.seconds:>8.1f} {score.per_event:>8.4f} "
@@ -123,7 +165,7 @@ def run_pieces(checkpoint: Path, split: str) -> MidiCorpus:
     """
     from tasks.datamodules.music import midi_folder_corpus
 
-    data = torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
+    data = data_settings(checkpoint)
     midi_dir = data.get("midi_dir")
     corpus = midi_folder_corpus(midi_dir) if midi_dir else load_bach_chorales(limit=data.get("limit"))
     return corpus.split(split, data.get("validation_percent", 10), data.get("test_percent", 0))

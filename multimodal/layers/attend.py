@@ -69,6 +69,10 @@ def attend(
         mask = _allowed(q_len, k_len, causal, query_offset, key_padding_mask, q.device)
     if bias is not None:
         mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
+    elif key_padding_mask is not None and mask is not None:
+        # A large negative number, not -inf: the query of a padding token (left-padded prompts) may
+        # see no real key at all, and its row must stay finite (it is discarded, but NaN would spread).
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, torch.finfo(q.dtype).min)
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal, enable_gqa=k.shape[1] != q.shape[1]
     )

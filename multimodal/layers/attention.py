@@ -89,6 +89,7 @@ class MultiHeadAttention(nn.Module):
         query_offset: int = 0,
         num_queries: int | None = None,
         grid_width: int | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Attends from ``x`` ``(batch, seq, dim)``; returns ``(batch, seq, dim)``.
 
@@ -106,6 +107,8 @@ class MultiHeadAttention(nn.Module):
                 relative positions these must be prefix (class) tokens.
             grid_width: Tokens per grid row for a ``local2d`` pattern, when the config left it open
                 (inputs of varying size).
+            positions: ``(batch, seq)`` positions of the new tokens when the rows of a batch differ
+                (left-padded prompts); rotary turns each row by its own. Default ``query_offset + 0 .. seq - 1``.
         """
         if num_queries is not None and (self.is_cross or cache is not None or self.local is not None):
             raise ValueError("num_queries (a stack's num_outputs) is for full self-attention without a cache")
@@ -117,7 +120,8 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self._project(x)
             if self.position is not None and self.position.rotates:
-                positions = torch.arange(x.shape[1], device=x.device) + query_offset
+                if positions is None:
+                    positions = torch.arange(x.shape[1], device=x.device) + query_offset
                 q, k = self.position.rotate(q, positions), self.position.rotate(k, positions)
             if cache is not None:
                 if isinstance(self.position, RelativePosition2D):

@@ -98,6 +98,7 @@ class TransformerBlock(nn.Module):
         layer: int = 0,
         num_queries: int | None = None,
         grid_width: int | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """``(batch, seq, dim) -> (batch, seq, dim)``, or ``(batch, num_queries, dim)``.
 
@@ -112,12 +113,13 @@ class TransformerBlock(nn.Module):
                 position, and the rest of the block runs on them alone (see
                 :meth:`MultiHeadAttention.forward`).
             grid_width: Tokens per grid row of a ``local2d`` pattern, for inputs of varying size.
+            positions: ``(batch, seq)`` positions of the tokens when rows differ (left-padded prompts).
         """
         cache = state.layers[layer] if state is not None else None
         offset = state.position if state is not None else 0
         attended = self.attention(
             self.norm_attention(x), key_padding_mask=key_padding_mask, cache=cache, query_offset=offset,
-            num_queries=num_queries, grid_width=grid_width,
+            num_queries=num_queries, grid_width=grid_width, positions=positions,
         )  # fmt: skip
         x = x[:, :num_queries] + self.dropout(attended)
         if self.cross_attention is not None:

@@ -44,6 +44,14 @@ class KVCache:
         self.length += new
         return self.keys[..., : self.length, :], self.values[..., : self.length, :]
 
+    def truncate(self, position: int) -> None:
+        """Forgets the positions from ``position`` on (speculative decoding rolls back rejected tokens)."""
+        kept = position - self.start
+        if not 0 <= kept <= self.length:
+            raise ValueError(f"cannot truncate a cache holding positions {self.start}..{self.start + self.length - 1} "
+                             f"to {position}")  # fmt: skip
+        self.length = kept
+
     def _forget(self) -> None:
         """Moves the last ``window`` positions to the front of the buffer (amortised O(1) per position)."""
         dropped = max(self.length - self.window, 0)
@@ -89,6 +97,13 @@ class DecodingState:
         self.cross: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
         self.position = 0
         self.memo: dict[str, Tensor] = {}
+
+    def truncate(self, position: int) -> None:
+        """Rolls the state back to ``position`` tokens: every cache forgets the later ones."""
+        for cache in self.layers:
+            if cache.keys is not None:
+                cache.truncate(position)
+        self.position = position
 
     def reorder(self, index: Tensor) -> None:
         """Keeps batch rows ``index`` (beam search, dropping finished samples)."""

@@ -204,7 +204,8 @@ class LocalAttention(nn.Module):
         if key_padding_mask is not None:
             mask = mask & ~key_padding_mask[:, None, None, :]  # (b, 1, q, k)
         bias = self.position_bias(position, q, query_pos, key_pos, grid_width)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=_with_bias(mask, bias), dropout_p=dropout_p)
+        attn_mask = _with_bias(mask, bias, q.dtype, key_padding_mask is not None)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
 
     def reference(
         self,
@@ -261,7 +262,7 @@ class LocalAttention(nn.Module):
         memory_index = memory_slots.clamp(min=0)
         k_blocks, v_blocks = k[:, :, memory_index], v[:, :, memory_index]  # (b, h, n, m, d)
         bias = self.position_bias(position, q_blocks, query_pos, key_pos, grid_width)  # (b or 1, h, n, q, m)
-        attn_mask = _with_bias(mask.unsqueeze(1), bias)  # (b or 1, 1 or h, n, q, m)
+        attn_mask = _with_bias(mask.unsqueeze(1), bias, q.dtype, key_padding_mask is not None)  # (b|1, 1|h, n, q, m)
         # Blocks join the head axis so SDPA sees the 4-D layout its fused kernels want.
         attn_mask = attn_mask.expand(attn_mask.shape[0], q.shape[1], *attn_mask.shape[-3:])
         out = F.scaled_dot_product_attention(
@@ -383,11 +384,17 @@ class _Blocks2D:
 # --------------------------------------------------------------------------------------------------
 
 
-def _with_bias(mask: Tensor, bias: Tensor | None) -> Tensor:
-    """SDPA's ``attn_mask``: the bool mask, or the position bias with ``-inf`` where masked."""
+def _with_bias(mask: Tensor, bias: Tensor | None, dtype: torch.dtype, padded: bool) -> Tensor:
+    """SDPA's ``attn_mask``: the bool mask, or the position bias (zeros when padded) with a large negative number where masked.
+
+    Not ``-inf``: with padding keys, a query may see no real key (the padding before a left-padded
+    prompt), and its row must stay finite.
+    """
     if bias is None:
-        return mask
-    return bias.masked_fill(~mask, float("-inf"))
+        if not padded:
+            return mask
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
 
 
 def _align_padding(key_padding_mask: Tensor | None, k_len: int, key_offset: int) -> Tensor | None:

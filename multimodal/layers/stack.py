@@ -55,6 +55,7 @@ class TransformerStack(nn.Module):
         state: DecodingState | None = None,
         num_outputs: int | None = None,
         grid_width: int | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Runs the blocks over embeddings ``(batch, seq, dim)``; returns ``(batch, seq, dim)``.
 
@@ -73,6 +74,10 @@ class TransformerStack(nn.Module):
                 block runs in full and the output is sliced). Not with ``state``.
             grid_width: ``attention="local2d"``: tokens per grid row of this input, when the config
                 leaves ``local_grid_width`` open (inputs of varying size).
+            positions: ``(batch, seq)`` position of each token, when the rows of a batch sit at
+                different positions (left-padded prompts: a row's first real token is position 0).
+                Absolute embeddings and rotary use it; the other schemes depend on distances only,
+                which padding on the left does not change. Default: ``offset .. offset + seq - 1``.
         """
         if x.dim() != 3 or x.shape[-1] != self.config.dim:
             raise ValueError(f"expected input (batch, seq, dim={self.config.dim}), got {tuple(x.shape)}")
@@ -86,7 +91,8 @@ class TransformerStack(nn.Module):
         if grid_width is None and state is not None:
             grid_width = state.grid_width
         if self.positions is not None:
-            x = x + self.positions(x.shape[1], offset).to(x.dtype)
+            embedded = self.positions(x.shape[1], offset) if positions is None else self.positions.at(positions)
+            x = x + embedded.to(x.dtype)
         x = self.dropout(x)
         last = len(self.blocks) - 1
         blocks = self._compiled_blocks if self._compiled_blocks is not None and state is None else self.blocks
@@ -96,7 +102,7 @@ class TransformerStack(nn.Module):
             x = block(
                 x, context=context, key_padding_mask=key_padding_mask,
                 context_padding_mask=context_padding_mask, state=state, layer=index,
-                num_queries=num_outputs if trim else None, grid_width=grid_width,
+                num_queries=num_outputs if trim else None, grid_width=grid_width, positions=positions,
             )  # fmt: skip
         if num_outputs is not None:
             x = x[:, :num_outputs]  # a view; already this size when the last block was trimmed

@@ -34,18 +34,26 @@ class CausalLM(nn.Module):
             self.head.weight = self.embedding.weight
 
     def forward(
-        self, tokens: Tensor, *, key_padding_mask: Tensor | None = None, state: DecodingState | None = None
+        self,
+        tokens: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        state: DecodingState | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Next-token logits ``(batch, seq, vocab_size)`` for token ids ``(batch, seq)``.
 
         Args:
             tokens: Token ids.
-            key_padding_mask: ``(batch, seq)`` bool, True at padding.
+            key_padding_mask: ``(batch, seq)`` bool, True at padding (with a ``state``: ``(batch,
+                cached + seq)``, the cached positions too).
             state: From :meth:`new_state`, for cached incremental decoding.
+            positions: ``(batch, seq)`` position of each token when the rows differ (left-padded
+                prompts, :func:`multimodal.generation.generate_batch`).
         """
         if tokens.dim() != 2:
             raise ValueError(f"expected token ids (batch, seq), got shape {tuple(tokens.shape)}")
-        hidden = self.decoder(self.embedding(tokens), key_padding_mask=key_padding_mask, state=state)
+        hidden = self.decoder(self.embedding(tokens), key_padding_mask=key_padding_mask, state=state, positions=positions)
         if state is not None and tokens.shape[1] == 1 and not torch.is_grad_enabled():
             return hidden @ self._decoding_head(state)
         return self.head(hidden)

@@ -69,6 +69,21 @@ def test_fit_checkpoint_reload_resume_and_generate(music_args, tmp_path):
         assert (out / f"sample_{index}.png").stat().st_size > 1000
         assert (out / f"sample_{index}.wav").is_file()
 
+    # A folder of primers: each file continued once, in batches; a corrupt file is skipped by name.
+    primers = tmp_path / "primers"
+    primers.mkdir()
+    for index in range(3):
+        midi = pretty_midi.PrettyMIDI()
+        piano = pretty_midi.Instrument(0)
+        piano.notes = [pretty_midi.Note(80, 60 + index + step, 0.25 * step, 0.25 * step + 0.2) for step in range(4 + 3 * index)]
+        midi.instruments.append(piano)
+        midi.write(str(primers / f"piece{index}.mid"))
+    (primers / "broken.mid").write_bytes(b"MThd\x00")
+    with pytest.warns(UserWarning, match="broken.mid"):
+        main(["generate", "--checkpoint", str(last), "--primer", str(primers), "--out", str(tmp_path / "batch"),
+              "--batch-size", "2", "--max-new-tokens", "16", "--no-audio", "--seed", "0"])  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "batch").glob("*.mid")) == ["piece0.mid", "piece1.mid", "piece2.mid"]
+
 
 def test_overview_lists_the_tools(capsys):
     main([])

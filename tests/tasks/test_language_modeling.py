@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -291,6 +292,17 @@ def test_fit_test_perplexity_and_generate_through_the_cli(corpus, tmp_path, caps
     main([*generate, "--seed", "7", "--top-k", "20", "--top-p", "0.9", "--temperature", "0.8"])
     assert capsys.readouterr().out == printed  # same seed, same text; no --out, no file needed
     assert not (tmp_path / "outputs" / "generate").exists()
+
+    # --prompt-file: every line continued in batches, each as it would be alone (greedy).
+    (tmp_path / "prompts.txt").write_text("class Po\ndef \n\nimport os\\nimport\n", encoding="utf-8")
+    main(["generate", "--checkpoint", str(last), "--prompt-file", str(tmp_path / "prompts.txt"), "--batch-size", "2",
+          "--max-new-tokens", "10", "--temperature", "0", "--out", str(tmp_path / "many.jsonl")])  # fmt: skip
+    records = [json.loads(line) for line in (tmp_path / "many.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["prompt"] for r in records] == ["class Po", "def ", "import os\nimport"]
+    for record in records:
+        main(["generate", "--checkpoint", str(last), "--prompt", record["prompt"], "--max-new-tokens", "10",
+              "--temperature", "0"])  # fmt: skip
+        assert capsys.readouterr().out.rstrip("\n").endswith(record["text"].rstrip("\n"))
 
 
 def test_overview_lists_the_text_tools(capsys):

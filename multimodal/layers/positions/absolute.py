@@ -36,6 +36,13 @@ class SinusoidalPositions(nn.Module):
             self.table = self._table(2 * (offset + length)).to(self.table.device)
         return self.gain * self.table[offset : offset + length]
 
+    def at(self, positions: Tensor) -> Tensor:
+        """Embeddings of integer ``positions`` of any shape (one row per prompt of a batch): ``(*shape, dim)``."""
+        needed = int(positions.max()) + 1
+        if needed > self.table.shape[0]:
+            self.table = self._table(2 * needed).to(self.table.device)
+        return self.gain * self.table[positions]
+
     def _table(self, length: int) -> Tensor:
         position = torch.arange(length, dtype=torch.float32)[:, None]
         frequency = torch.exp(torch.arange(0, self.dim, 2, dtype=torch.float32) * (-math.log(10000.0) / self.dim))
@@ -66,3 +73,12 @@ class LearnedPositions(nn.Module):
                 f"absolute-position model; use position='relative' or crop the prompt"
             )
         return self.weight[offset : offset + length]
+
+    def at(self, positions: Tensor) -> Tensor:
+        """Embeddings of integer ``positions`` of any shape (one row per prompt of a batch): ``(*shape, dim)``."""
+        if int(positions.max()) >= self.weight.shape[0]:
+            raise ValueError(
+                f"position {int(positions.max())} exceeds max_seq_len={self.weight.shape[0]} of this "
+                f"absolute-position model; use position='relative' or crop the prompt"
+            )
+        return self.weight[positions]
