@@ -4,8 +4,8 @@
    step at the last sub-pixel, for greyscale images of 16², 32² and 64² pixels (256 to 4,096
    tokens), same model (2 layers, dim 64, 4 heads) with ``attention="full"`` (causal SDPA) or
    ``"local2d"`` (query blocks 4×16, memory 4 rows above and 8 columns each side: 256 keys per
-   query at most). Median of ``--repeats`` steps after a warm-up. Ratios are local / full in the
-   same run.
+   query at most). Median of ``--repeats`` steps after a warm-up, the two models alternating step
+   by step. Ratios are local / full in the same run.
 2. **Same budget** — both models trained for ``--steps`` steps on Fashion-MNIST (28×28, 256
    levels; fetch once with ``multimodal data fashion-mnist``), then scored on the first 500
    validation images: bits/dim and time per step.
@@ -54,9 +54,8 @@ def main() -> None:
           "| local2d: decode step | local/full |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for side in args.sides or []:
-        full, local = (
-            _step_times(side, attention, args.batch, args.repeats) for attention in ("full", "local2d")
-        )
+        times = _step_times(side, args.batch, args.repeats)
+        full, local = times["full"], times["local2d"]
         print(f"| {side}² | {side * side} | {full[0] * 1e3:.0f} ms | {local[0] * 1e3:.0f} ms | "
               f"{local[0] / full[0]:.2f} | {full[1] * 1e3:.1f} ms | {local[1] * 1e3:.1f} ms | "
               f"{local[1] / full[1]:.2f} |")  # fmt: skip
@@ -75,32 +74,39 @@ def _config(side: int, **options) -> ImageTransformerConfig:
     return ImageTransformerConfig(**{**MODEL, **options}, height=side, width=side, channels=1, num_levels=256)
 
 
-def _step_times(side: int, attention: str, batch: int, repeats: int) -> tuple[float, float]:
-    """Median seconds of a training step and of a cached decoding step at the last position."""
-    torch.manual_seed(0)
-    model = ImageTransformer(_config(side, **(LOCAL if attention == "local2d" else {"attention": "full"})))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def _step_times(side: int, batch: int, repeats: int) -> dict[str, tuple[float, float]]:
+    """Median seconds of a training step and of a cached decoding step at the last positions, per attention.
+
+    The two models alternate step by step, so both see the same machine load.
+    """
+    models, optimizers = {}, {}
+    for attention in ("full", "local2d"):
+        torch.manual_seed(0)
+        models[attention] = ImageTransformer(_config(side, **(LOCAL if attention == "local2d" else {"attention": "full"})))
+        optimizers[attention] = torch.optim.AdamW(models[attention].parameters(), lr=1e-4)
     tokens = torch.randint(0, 256, (batch, side * side))
-    train = []
+    train: dict[str, list[float]] = {name: [] for name in models}
     for _ in range(repeats + 1):
-        started = time.perf_counter()
-        loss = F.cross_entropy(model(model.inputs(tokens)).flatten(0, 1), tokens.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        train.append(time.perf_counter() - started)
-    model.eval()
-    decode = []
-    with torch.no_grad():
-        state = model.new_state()
-        model(
-            model.inputs(tokens[:1])[:, : side * side - repeats - 1], state=state
-        )  # prefill all but the end
-        for position in range(side * side - repeats - 1, side * side):
+        for name, model in models.items():
             started = time.perf_counter()
-            model(tokens[:1, position - 1 : position], state=state)
-            decode.append(time.perf_counter() - started)
-    return statistics.median(train[1:]), statistics.median(decode[1:])
+            loss = F.cross_entropy(model(model.inputs(tokens)).flatten(0, 1), tokens.flatten())
+            optimizers[name].zero_grad()
+            loss.backward()
+            optimizers[name].step()
+            train[name].append(time.perf_counter() - started)
+    decode: dict[str, list[float]] = {name: [] for name in models}
+    with torch.no_grad():
+        states = {}
+        for name, model in models.items():
+            model.eval()
+            states[name] = model.new_state()
+            model(model.inputs(tokens[:1])[:, : side * side - repeats - 1], state=states[name])  # prefill all but the end
+        for position in range(side * side - repeats - 1, side * side):
+            for name, model in models.items():
+                started = time.perf_counter()
+                model(tokens[:1, position - 1 : position], state=states[name])
+                decode[name].append(time.perf_counter() - started)
+    return {name: (statistics.median(train[name][1:]), statistics.median(decode[name][1:])) for name in models}
 
 
 def _same_budget(options: dict, steps: int) -> tuple[float, float]:

@@ -311,7 +311,8 @@ def x_transformers(seq_len: int) -> nn.Module:
 
     return TransformerWrapper(
         num_tokens=VOCAB_SIZE, max_seq_len=seq_len, tie_embedding=True,
-        attn_layers=Decoder(dim=DIM, depth=LAYERS, heads=HEADS, ff_mult=FF // DIM, attn_flash=True),
+        attn_layers=Decoder(dim=DIM, depth=LAYERS, heads=HEADS, attn_dim_head=DIM // HEADS, ff_mult=FF // DIM,
+                            attn_flash=True),
     )  # fmt: skip
 
 

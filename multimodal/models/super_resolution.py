@@ -41,7 +41,12 @@ from multimodal.tokenizers.image import patchify, pixels_to_tokens, unpatchify
 
 
 def bicubic_upsample(images: Tensor, scale: int) -> Tensor:
-    """Bicubic upsampling by ``scale`` (``F.interpolate``, ``align_corners=False``), clamped to ``[0, 1]``.
+    """Bicubic upsampling by ``scale`` with the kernel of PIL and MATLAB's ``imresize`` (a = -0.5), clamped to ``[0, 1]``.
+
+    The same cubic as the degradation (:func:`multimodal.data.super_resolution.bicubic_downsample`)
+    and as super-resolution papers' bicubic baseline. ``F.interpolate(mode="bicubic")`` alone uses
+    a = -0.75; its ``antialias=True`` path is PIL's filter (a = -0.5), which when upsampling only
+    changes the kernel.
 
     Args:
         images: ``(batch, channels, height, width)`` in ``[0, 1]``.
@@ -50,7 +55,7 @@ def bicubic_upsample(images: Tensor, scale: int) -> Tensor:
     Returns:
         ``(batch, channels, height * scale, width * scale)``.
     """
-    return F.interpolate(images, scale_factor=scale, mode="bicubic", align_corners=False).clamp(0, 1)
+    return F.interpolate(images, scale_factor=scale, mode="bicubic", align_corners=False, antialias=True).clamp(0, 1)
 
 
 class Condition(NamedTuple):
@@ -158,9 +163,10 @@ class SuperResolutionRegressor(nn.Module):
             high_res = unpatchify(
                 self.head(hidden), out_patch, (rows * out_patch, cols * out_patch), config.channels
             )
-        if config.residual:
-            high_res = high_res + bicubic_upsample(padded, config.scale)
-        return high_res[..., : height * config.scale, : width * config.scale]
+        high_res = high_res[..., : height * config.scale, : width * config.scale]
+        if config.residual:  # the unpadded image: PIL's kernel renormalises at the border, it does not replicate
+            high_res = high_res + bicubic_upsample(low_res, config.scale)
+        return high_res
 
     @property
     def alignment(self) -> tuple[int, int]:

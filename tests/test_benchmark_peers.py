@@ -1,0 +1,43 @@
+"""Benchmark peers are like for like: every peer of the throughput benchmarks has our model's size."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+
+def _count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _count_without_positions(model) -> int:
+    """Parameters other than position tables (learned absolute, or one relative table per layer)."""
+    return sum(p.numel() for name, p in model.named_parameters() if "position" not in name)
+
+
+def test_text_throughput_peers_have_our_parameter_count():
+    pytest.importorskip("transformers")
+    pytest.importorskip("x_transformers")
+    import text_throughput
+
+    ours = _count(text_throughput.ours(128))
+    for name, build in text_throughput.BUILDERS.items():
+        model = build(128)
+        if name == "ours_relative":  # a position variant: the same model once position tables are set aside
+            count, reference = _count_without_positions(model), _count_without_positions(text_throughput.ours(128))
+        else:
+            count, reference = _count(model), ours
+        assert abs(count - reference) / reference < 0.01, f"{name}: {count:,} parameters against our {reference:,}"
+
+
+def test_music_quality_lstm_matches_the_transformer():
+    import argparse
+
+    import music_quality
+
+    args = argparse.Namespace(dim=32, num_layers=2, lstm_layers=2, seq_len=64)
+    transformer, lstm = (_count(music_quality.build(name, 100, args)) for name in ("relative", "lstm"))
+    assert abs(transformer - lstm) / transformer < 0.02
