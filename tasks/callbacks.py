@@ -6,13 +6,18 @@ import pytorch_lightning as pl
 
 from multimodal.music import continue_music, evaluate_continuations, primer_ids
 from multimodal.music_stats import overlaps
-from tasks.outputs import log_folder
+from multimodal.synthesis import midi_to_waveform
+from tasks.outputs import log_folder, show_audio, show_image, tensorboard
+
+SAMPLE_RATE = 16_000
 
 
 class MusicSampleCallback(pl.Callback):
     """Every ``every_n_epochs`` validation epochs, continues a held-out piece into MIDI + piano roll.
 
-    Files go to ``<log_dir>/samples/epoch_<n>/sample_0.{mid,png}`` (no audio: it stays fast). With
+    Files go to ``<log_dir>/samples/epoch_<n>/sample_0.{mid,png}``; with the TensorBoard logger the
+    piano roll and the synthesised continuation (``music/piano_roll``, ``music/continuation``) are
+    also in TensorBoard's Images and Audio tabs. With
     ``num_stats_primers`` it also continues that many held-out pieces and logs how their note
     statistics compare with the real continuations (:mod:`multimodal.music_stats`):
     ``sample_<feature>_overlap`` for duration, polyphony, ioi, pitch_class and pitch (1 = the same
@@ -49,10 +54,13 @@ class MusicSampleCallback(pl.Callback):
         held_out = datamodule.split("val")
         primer = primer_ids(held_out.notes[0], datamodule.tokenizer, self.primer_seconds)
         out_dir = log_folder(trainer) / "samples" / f"epoch_{trainer.current_epoch}"
-        continue_music(
+        (path,) = continue_music(
             task.model, datamodule.tokenizer, primer, out_dir, max_new_tokens=self.max_new_tokens,
             temperature=self.temperature, top_k=self.top_k, seed=self.seed, audio=False,
         )  # fmt: skip
+        if tensorboard(trainer) is not None:  # what it sounds and looks like, beside the curves
+            show_image(trainer, "music/piano_roll", path.with_suffix(".png"))
+            show_audio(trainer, "music/continuation", midi_to_waveform(path, SAMPLE_RATE), SAMPLE_RATE)
         if self.num_stats_primers:
             generated, reference, _ = evaluate_continuations(
                 task.model, datamodule.tokenizer, held_out.notes[: self.num_stats_primers],

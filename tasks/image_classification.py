@@ -25,7 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from multimodal.models import ViT, ViTConfig
 from tasks.base import Task
 from tasks.finetune import FineTuneConfig
-from tasks.outputs import log_folder
+from tasks.outputs import log_folder, show_image
 
 __all__ = ["ImageClassification", "PredictionCSV", "vit_adamw"]
 
@@ -150,7 +150,7 @@ class ImageClassification(Task):
         if not write or self.trainer.sanity_checking or not self.trainer.is_global_zero:
             return
         folder = log_folder(self.trainer)
-        save_confusion_matrix(matrix, self.class_names, folder / filename)
+        show_image(self.trainer, f"confusion_matrix/{stage}", save_confusion_matrix(matrix, self.class_names, folder / filename))
 
     def predict_step(self, batch: tuple[Tensor, list[str]] | None, batch_idx: int) -> dict[str, Any] | None:
         """``{"file", "prediction", "probability"}`` for a batch of ``(images, names)``."""

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.cli import OptimizerCallable
-from pytorch_lightning.loggers import TensorBoardLogger
 from torch import Tensor
 
 from multimodal.images import sample_images
@@ -26,7 +25,7 @@ from multimodal.viz import image_grid, image_grid_png
 from tasks.arguments import positive_int
 from tasks.base import Task, adamw
 from tasks.finetune import FineTuneConfig
-from tasks.outputs import claim_outputs, log_folder
+from tasks.outputs import claim_outputs, log_folder, show_image, tensorboard
 
 
 class ImageGeneration(Task):
@@ -142,9 +141,8 @@ class ImageGeneration(Task):
         nrow = self.config.num_classes if self.config.class_conditional else None
         folder = log_folder(self.trainer) / "samples"
         image_grid_png(samples, folder / f"epoch_{self.trainer.current_epoch}.png", nrow=nrow)
-        if isinstance(self.logger, TensorBoardLogger):
-            grid = image_grid(samples, nrow, pixel_scale=max(1, 32 // self.config.width))
-            self.logger.experiment.add_image("samples", grid, self.global_step, dataformats="HWC")
+        if tensorboard(self.trainer) is not None:
+            show_image(self.trainer, "samples", image_grid(samples, nrow, pixel_scale=max(1, 32 // self.config.width)))
 
     # ----------------------------------------------------------------------------------------------
     # multimodal generate

@@ -1,10 +1,14 @@
-"""Where a task writes its files (samples, confusion matrices) during training."""
+"""Where a task writes its files (samples, confusion matrices) during training, and what it shows in TensorBoard."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
+import torch
+from PIL import Image
 
 
 def log_folder(trainer: pl.Trainer) -> Path:
@@ -38,3 +42,35 @@ def claim_outputs(paths: list[Path], overwrite: bool) -> None:
     for path in paths:
         if Path(path).exists():
             raise FileExistsError(17, "already exists; pass --overwrite to replace it, or another --out", str(path))
+
+
+def tensorboard(trainer: pl.Trainer) -> Any | None:
+    """The ``SummaryWriter`` of the trainer's TensorBoard logger (the default one), or None without one."""
+    for logger in trainer.loggers:
+        if isinstance(logger, pl.loggers.TensorBoardLogger):
+            return logger.experiment
+    return None
+
+
+def show_image(trainer: pl.Trainer, tag: str, image: str | Path | np.ndarray) -> None:
+    """Adds an image (a PNG the task wrote, or an ``(H, W, 3)`` uint8 array) to TensorBoard at this step."""
+    writer = tensorboard(trainer)
+    if writer is None:
+        return
+    array = np.asarray(Image.open(image).convert("RGB")) if isinstance(image, str | Path) else image
+    writer.add_image(tag, array, trainer.global_step, dataformats="HWC")
+
+
+def show_audio(trainer: pl.Trainer, tag: str, waveform: torch.Tensor, sample_rate: int) -> None:
+    """Adds a mono waveform ``(num_samples,)`` in [-1, 1] to TensorBoard at this step (nothing if it is empty)."""
+    writer = tensorboard(trainer)
+    if writer is None or waveform.numel() == 0:
+        return
+    writer.add_audio(tag, waveform.reshape(1, -1).float(), trainer.global_step, sample_rate=sample_rate)
+
+
+def show_text(trainer: pl.Trainer, tag: str, text: str) -> None:
+    """Adds text to TensorBoard at this step (shown as Markdown: a code block keeps it as written)."""
+    writer = tensorboard(trainer)
+    if writer is not None:
+        writer.add_text(tag, "```\n" + text.replace("```", "` ` `") + "\n```", trainer.global_step)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from PIL import Image
 from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
+from torchmetrics import MeanMetric
 from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
@@ -33,12 +34,13 @@ from multimodal.models.config import (
     legacy_super_resolution_config,
 )
 from multimodal.models.super_resolution import bicubic_upsample, build_super_resolution
+from multimodal.sr_metrics import psnr_y
 from multimodal.tokenizers.image import pixels_to_tokens
 from multimodal.viz import side_by_side_png
 from tasks.arguments import non_negative_int, positive_int
 from tasks.base import Task, adamw
 from tasks.finetune import FineTuneConfig
-from tasks.outputs import claim_outputs, log_folder
+from tasks.outputs import claim_outputs, log_folder, show_image
 
 
 class _SuperResolutionTask(Task):
@@ -63,6 +65,9 @@ class _SuperResolutionTask(Task):
             "ssim": StructuralSimilarityIndexMeasure(data_range=1.0),
             "psnr_bicubic": PeakSignalNoiseRatio(data_range=1.0, dim=(1, 2, 3)),
             "ssim_bicubic": StructuralSimilarityIndexMeasure(data_range=1.0),
+            # As SR papers report it: on the luma channel, the border (scale pixels) shaved.
+            "psnr_y": MeanMetric(),
+            "psnr_y_bicubic": MeanMetric(),
         })  # fmt: skip
         self._first_crop: tuple[Tensor, Tensor, Tensor] | None = None
 
@@ -92,6 +97,8 @@ class _SuperResolutionTask(Task):
         self.metrics["ssim"].update(ours, high_res)
         self.metrics["psnr_bicubic"].update(bicubic, high_res)
         self.metrics["ssim_bicubic"].update(bicubic, high_res)
+        self.metrics["psnr_y"].update(psnr_y(ours.float(), high_res.float(), self.config.scale))
+        self.metrics["psnr_y_bicubic"].update(psnr_y(bicubic.float(), high_res.float(), self.config.scale))
         if self._first_crop is None:
             self._first_crop = (bicubic[0].cpu(), ours[0].cpu(), high_res[0].cpu())
 
@@ -111,8 +118,9 @@ class _SuperResolutionTask(Task):
         if not self.trainer.sanity_checking and self.trainer.is_global_zero and self._first_crop is not None:
             folder = log_folder(self.trainer) / "samples"
             bicubic, ours, original = self._first_crop
-            side_by_side_png([("bicubic", bicubic), ("ours", ours), ("original", original)],
-                             folder / f"epoch_{self.trainer.current_epoch}.png", pixel_scale=4)  # fmt: skip
+            path = folder / f"epoch_{self.trainer.current_epoch}.png"
+            side_by_side_png([("bicubic", bicubic), ("ours", ours), ("original", original)], path, pixel_scale=4)
+            show_image(self.trainer, "samples/bicubic_ours_original", path)
 
     def sampling_options(self, args: argparse.Namespace) -> dict[str, Any]:
         """Keyword arguments of :func:`multimodal.images.upscale` beyond the tiling (sampling, if any)."""

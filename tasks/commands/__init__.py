@@ -45,11 +45,15 @@ COMMANDS: dict[str, Command] = {
         "tasks.commands.data:data_command",
     ),
     "convert": Command(
-        "GPT-2 / timm ViT weights -> our export format: multimodal convert {gpt2,timm-vit} --help",
+        "GPT-2 / Llama / timm ViT weights -> our export format: multimodal convert {gpt2,llama,timm-vit} --help",
         "tasks.commands.convert:convert_command",
     ),
     "export": Command(
-        "a trained checkpoint's blocks -> safetensors: multimodal export --checkpoint CKPT --out DIR",
+        "a trained checkpoint -> a model folder (multimodal.load): multimodal export --checkpoint CKPT --out DIR",
         "tasks.commands.convert:export_command",
+    ),
+    "serve": Command(
+        "a local web page to play with a model: multimodal serve --checkpoint CKPT_OR_FOLDER [--port N]",
+        "tasks.commands.serve:serve_command",
     ),
 }

@@ -35,7 +35,7 @@ def sample_stats_command(argv: list[str]) -> None:
     parser.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
     parser.add_argument("--overwrite", action="store_true", help="replace the --json file if it exists")
     args = parser.parse_args(argv)
-    if not args.checkpoint.is_file():
+    if not args.checkpoint.exists():
         parser.error(f"checkpoint not found: {args.checkpoint}")
     if args.json is not None and args.json.exists() and not args.overwrite:
         parser.error(f"--json {args.json}: already exists; pass --overwrite to replace it")

@@ -187,10 +187,7 @@ class PredictionImages(Dataset):
             raise DatasetNotFoundError(
                 f"no readable images ({', '.join(IMAGE_EXTENSIONS)}) under {self.folder}"
             )
-        user = build_transform(transform)
-        self.pipeline = v2.Compose(
-            [v2.ToImage(), *([user] if user else []), v2.ToDtype(torch.float32, scale=True)]
-        )
+        self.pipeline, _ = prediction_pipeline(channels, None, transform)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -204,6 +201,22 @@ class PredictionImages(Dataset):
             warnings.warn(f"skipping unreadable image {path}: {error}", stacklevel=2)
             return None
         return self.pipeline(pixels).as_subclass(torch.Tensor), str(path)
+
+
+def prediction_pipeline(
+    channels: int, image_size: int | None, transform: list[dict[str, Any]] | None
+) -> tuple[v2.Compose, str]:
+    """What an image goes through before the model at prediction time, and the PIL mode to read it in.
+
+    Args:
+        channels: 1 (greyscale) or 3 (RGB).
+        image_size: The run's ``Resize`` + ``CenterCrop`` side, or None.
+        transform: The run's evaluation ``v2`` specs (e.g. ``Normalize``).
+    """
+    resize = [] if image_size is None else [{"name": "Resize", "size": image_size}, {"name": "CenterCrop", "size": image_size}]
+    user = build_transform([*resize, *(transform or [])])
+    steps = [v2.ToImage(), *([user] if user else []), v2.ToDtype(torch.float32, scale=True)]
+    return v2.Compose(steps), pil_mode(channels)
 
 
 class _NamedItems(Dataset):

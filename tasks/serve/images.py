@@ -1,0 +1,157 @@
+"""The image pages: sample grids, super-resolution next to bicubic, class probabilities."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from multimodal.data.image_folder import to_mode
+from multimodal.images import sample_images, upscale
+from multimodal.models.super_resolution import bicubic_upsample
+from multimodal.viz import image_grid, side_by_side_png
+from tasks.checkpoint import data_settings
+
+
+def _open(path: str) -> Image.Image:
+    """An uploaded image, decoded; a file that is not one is a ``ValueError`` saying so."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image.copy()
+    except Exception as error:  # PIL: UnidentifiedImageError, truncated data (OSError), ...
+        raise ValueError(f"{Path(path).name} is not a readable image ({type(error).__name__})") from error
+
+
+class GenerationSession:
+    """Image generation without the page: a grid of samples (of one class, for a class-conditional model)."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def sample(self, label: str | None, count: int, temperature: float, seed: int) -> tuple[Any, str]:
+        """``(grid (H, W, 3) uint8, message)``."""
+        config = self.task.config
+        labels = None
+        if config.class_conditional:
+            labels = torch.full((int(count),), int(label or 0), dtype=torch.long, device=self.task.device)
+        generator = torch.Generator(device=self.task.device).manual_seed(int(seed))
+        images = sample_images(self.task.model, int(count), labels=labels, temperature=temperature, generator=generator)
+        grid = image_grid(images, pixel_scale=max(1, 64 // config.width))
+        return grid, f"{int(count)} samples" + (f" of class {label}" if labels is not None else "")
+
+
+def generation_page(task: Any) -> Any:
+    """The Gradio page of an image-generation checkpoint."""
+    import gradio as gr
+
+    session = GenerationSession(task)
+    config = task.config
+    with gr.Blocks(title="multimodal: image generation") as page:
+        gr.Markdown(f"# Image generation\n{type(task.model).__name__}, {config.height}x{config.width} pixels, "
+                    f"{config.num_levels} levels per channel.")  # fmt: skip
+        with gr.Row():
+            classes = [str(i) for i in range(config.num_classes)] if config.class_conditional else []
+            label = gr.Dropdown(classes, value=classes[0] if classes else None, label="class",
+                                visible=bool(classes))  # fmt: skip
+            count = gr.Slider(1, 64, value=16, step=1, label="samples")
+            temperature = gr.Slider(0.1, 1.5, value=1.0, step=0.05, label="temperature")
+            seed = gr.Number(0, precision=0, label="seed")
+        button = gr.Button("Sample", variant="primary")
+        message = gr.Markdown()
+        grid = gr.Image(label="samples", type="numpy")
+        button.click(session.sample, [label, count, temperature, seed], [grid, message], api_name="sample")
+    return page
+
+
+class SuperResolutionSession:
+    """Super-resolution without the page: an uploaded image upscaled, beside bicubic."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.folder = Path(tempfile.mkdtemp(prefix="multimodal-serve-"))
+        self.count = 0
+
+    def upscale(self, upload: str | None) -> tuple[str | None, str | None, str]:
+        """``(side-by-side png, upscaled png, message)``; a message alone for a missing or broken upload."""
+        if not upload:
+            return None, None, "Upload an image to upscale."
+        try:
+            image = _open(upload)
+        except ValueError as error:
+            return None, None, f"Could not read the upload: {error}"
+        config = self.task.config
+        array = np.asarray(to_mode(image, "L" if config.channels == 1 else "RGB"), dtype=np.float32) / 255
+        low_res = torch.from_numpy(array)
+        low_res = low_res[None] if low_res.dim() == 2 else low_res.permute(2, 0, 1)
+        ours = upscale(self.task.model, low_res.to(self.task.device)).cpu()
+        bicubic = bicubic_upsample(low_res[None], config.scale)[0]
+        self.count += 1
+        side_by_side = side_by_side_png([("bicubic", bicubic), ("ours", ours)], self.folder / f"{self.count}_side_by_side.png")
+        upscaled = self.folder / f"{self.count}_x{config.scale}.png"
+        Image.fromarray((ours.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).squeeze(-1).numpy()).save(upscaled)
+        return str(side_by_side), str(upscaled), f"{low_res.shape[-1]}x{low_res.shape[-2]} → x{config.scale}"
+
+
+def super_resolution_page(task: Any) -> Any:
+    """The Gradio page of a super-resolution checkpoint."""
+    import gradio as gr
+
+    session = SuperResolutionSession(task)
+    with gr.Blocks(title="multimodal: super-resolution") as page:
+        gr.Markdown(f"# Super-resolution x{task.config.scale}\nUpload an image: bicubic on the left, the model on the right.")
+        upload = gr.File(label="image", file_types=["image"], type="filepath")
+        button = gr.Button("Upscale", variant="primary")
+        message = gr.Markdown()
+        compared = gr.Image(label="bicubic | ours", type="filepath")
+        result = gr.File(label="upscaled image")
+        button.click(session.upscale, [upload], [compared, result, message], api_name="upscale")
+    return page
+
+
+class ClassificationSession:
+    """Classification without the page: class probabilities of an uploaded image, with the run's transforms."""
+
+    def __init__(self, task: Any, checkpoint: Path) -> None:
+        from tasks.datamodules.image_classification import prediction_pipeline
+
+        self.task = task
+        data = data_settings(checkpoint)
+        self.pipeline, self.mode = prediction_pipeline(task.config.channels, data.get("image_size"), data.get("transform"))
+
+    def classify(self, upload: str | None) -> tuple[dict[str, float] | None, str]:
+        """``({class name: probability}, message)``; a message alone for a missing or broken upload."""
+        if not upload:
+            return None, "Upload an image to classify."
+        try:
+            pixels = to_mode(_open(upload), self.mode)
+        except ValueError as error:
+            return None, f"Could not read the upload: {error}"
+        image = self.pipeline(pixels).as_subclass(torch.Tensor)
+        expected = self.task.config.image_size
+        expected = (expected, expected) if isinstance(expected, int) else tuple(expected)
+        if tuple(image.shape[-2:]) != expected:
+            return None, f"The model takes {expected[1]}x{expected[0]} images; this one is {image.shape[-1]}x{image.shape[-2]}."
+        with torch.no_grad():
+            probabilities = torch.softmax(self.task.model(image[None].to(self.task.device)).float(), -1)[0].cpu()
+        names = self.task.class_names or [str(i) for i in range(len(probabilities))]
+        return {name: float(p) for name, p in zip(names, probabilities, strict=True)}, ""
+
+
+def classification_page(task: Any, checkpoint: Path) -> Any:
+    """The Gradio page of an image-classification checkpoint."""
+    import gradio as gr
+
+    session = ClassificationSession(task, checkpoint)
+    with gr.Blocks(title="multimodal: image classification") as page:
+        gr.Markdown("# Image classification\nUpload an image: the model's class probabilities.")
+        upload = gr.File(label="image", file_types=["image"], type="filepath")
+        button = gr.Button("Classify", variant="primary")
+        message = gr.Markdown()
+        probabilities = gr.Label(label="classes", num_top_classes=5)
+        button.click(session.classify, [upload], [probabilities, message], api_name="classify")
+    return page

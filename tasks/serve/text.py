@@ -1,0 +1,52 @@
+"""The text page: a prompt, continued and shown as it is decoded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from multimodal.text import stream_text
+
+
+class TextSession:
+    """What the page does, without the page: stream a continuation of a prompt.
+
+    Args:
+        task: A ``LanguageModeling`` task (its model in eval mode).
+        tokenizer: Its text tokenizer.
+    """
+
+    def __init__(self, task: Any, tokenizer: Any) -> None:
+        self.task, self.tokenizer = task, tokenizer
+
+    def continue_prompt(self, prompt: str, length: int, temperature: float, top_p: float, seed: int) -> Iterator[str]:
+        """The prompt and its continuation so far, after each decoded piece (a message instead, for bad settings)."""
+        text = prompt or ""
+        try:
+            for piece in stream_text(self.task.model, self.tokenizer, text, int(length), temperature=temperature,
+                                     top_p=top_p, seed=int(seed)):  # fmt: skip
+                text += piece
+                yield text
+        except ValueError as error:  # e.g. a prompt too long for a learned-position model
+            yield f"{text}\n\n[{error}]"
+            return
+        yield text
+
+
+def text_page(task: Any, tokenizer: Any) -> Any:
+    """The Gradio page of a text checkpoint."""
+    import gradio as gr
+
+    session = TextSession(task, tokenizer)
+    with gr.Blocks(title="multimodal: text") as page:
+        gr.Markdown(f"# Text\n{type(task.model).__name__}: write a prompt; the continuation appears as it is decoded.")
+        prompt = gr.Textbox(label="prompt", lines=4)
+        with gr.Row():
+            length = gr.Slider(8, 1024, value=200, step=8, label="new tokens")
+            temperature = gr.Slider(0.0, 1.5, value=0.8, step=0.05, label="temperature (0: greedy)")
+            top_p = gr.Slider(0.5, 1.0, value=0.95, step=0.01, label="top-p")
+            seed = gr.Number(0, precision=0, label="seed")
+        button = gr.Button("Continue", variant="primary")
+        output = gr.Textbox(label="text", lines=16)
+        button.click(session.continue_prompt, [prompt, length, temperature, top_p, seed], output, api_name="continue")
+    return page

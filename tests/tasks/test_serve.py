@@ -1,0 +1,127 @@
+"""``multimodal serve``: each task's page does its work, says what is wrong with a bad upload, and answers over HTTP."""
+
+import itertools
+import socket
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+from PIL import Image
+
+from tasks.checkpoint import load_task
+from tasks.cli import MultimodalCLI, main, task_class_from_args
+
+gradio = pytest.importorskip("gradio")
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = {
+    "music": ["music_continuation.yaml", "music_continuation_tiny.yaml"],
+    "text": ["text_lm.yaml", "text_lm_tiny.yaml"],
+    "vit": ["image_classification.yaml", "image_classification_tiny.yaml"],
+    "image_generation": ["image_generation.yaml", "image_generation_tiny.yaml"],
+    "super_resolution": ["super_resolution.yaml", "super_resolution_tiny.yaml"],
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """One-step checkpoints of every task's tiny config."""
+    folder = tmp_path_factory.mktemp("serve")
+    paths = {}
+    for name, configs in CONFIGS.items():
+        argv = [arg for config in configs for arg in ("--config", str(ROOT / "configs" / config))]
+        argv += ["--trainer.logger", "false"]
+        cli = MultimodalCLI(argv, data_links=task_class_from_args(argv).data_links, run=False)
+        trainer = pl.Trainer(max_steps=1, limit_val_batches=0, num_sanity_val_steps=0, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             default_root_dir=folder)  # fmt: skip
+        trainer.fit(cli.model, datamodule=cli.datamodule)
+        paths[name] = folder / f"{name}.ckpt"
+        trainer.save_checkpoint(paths[name])
+    return paths
+
+
+def _broken(tmp_path, suffix):
+    path = tmp_path / f"broken{suffix}"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n broken" if suffix == ".png" else b"MThd\x00\x00")
+    return str(path)
+
+
+def test_music_page_continues_a_held_out_piece_and_explains_a_broken_upload(checkpoints, tmp_path):
+    from tasks.serve.music import MusicSession
+
+    task, tokenizer = load_task(checkpoints["music"])
+    session = MusicSession(task, tokenizer, checkpoints["music"])
+    piece = next(iter(session.pieces))
+    wav, roll, midi, message = session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0)
+    assert Path(wav).stat().st_size > 1000 and Path(roll).stat().st_size > 1000 and Path(midi).is_file()
+    assert piece in message
+    assert session.continue_primer(piece, _broken(tmp_path, ".mid"), 3.0, 32, 1.0, 0.95, 0)[:3] == (None, None, None)
+    assert "Could not read the upload" in session.continue_primer(None, _broken(tmp_path, ".mid"), 3.0, 32, 1.0, 0.95, 0)[3]
+
+
+def test_text_page_streams_a_continuation(checkpoints):
+    from tasks.serve.text import TextSession
+
+    task, tokenizer = load_task(checkpoints["text"])
+    pieces = list(TextSession(task, tokenizer).continue_prompt("def ", 12, 0.8, 0.95, 0))
+    assert len(pieces) >= 2 and all(piece.startswith("def ") for piece in pieces)
+    assert all(len(a) <= len(b) for a, b in itertools.pairwise(pieces))  # the text grows
+
+
+def test_image_pages_and_their_bad_uploads(checkpoints, tmp_path):
+    from tasks.serve.images import ClassificationSession, GenerationSession, SuperResolutionSession
+
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (16, 12), (200, 30, 60)).save(photo)
+    task, _ = load_task(checkpoints["super_resolution"])
+    session = SuperResolutionSession(task)
+    compared, upscaled, message = session.upscale(str(photo))
+    assert Image.open(upscaled).size == (16 * task.config.scale, 12 * task.config.scale) and Path(compared).is_file()
+    assert session.upscale(_broken(tmp_path, ".png"))[2].startswith("Could not read the upload")
+
+    task, _ = load_task(checkpoints["vit"])
+    digit = tmp_path / "digit.png"
+    Image.new("L", (8, 8), 128).save(digit)
+    probabilities, _ = ClassificationSession(task, checkpoints["vit"]).classify(str(digit))
+    assert sorted(probabilities) == sorted(task.class_names) and abs(sum(probabilities.values()) - 1) < 1e-5
+    assert ClassificationSession(task, checkpoints["vit"]).classify(_broken(tmp_path, ".png"))[0] is None
+
+    task, _ = load_task(checkpoints["image_generation"])
+    grid, message = GenerationSession(task).sample("3", 4, 1.0, 0)
+    assert grid.ndim == 3 and grid.shape[-1] == 3 and "4 samples" in message
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_page_answers_over_http(checkpoints, tmp_path):
+    from gradio_client import Client
+
+    from tasks.serve import build_page
+
+    task, _ = load_task(checkpoints["vit"])
+    page = build_page(task, None, checkpoints["vit"])
+    port = _free_port()
+    page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        digit = tmp_path / "digit.png"
+        Image.new("L", (8, 8), 200).save(digit)
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        from gradio_client import handle_file
+
+        label, message = client.predict(handle_file(str(digit)), api_name="/classify")
+        assert label["label"] in task.class_names and message == ""
+        label, message = client.predict(handle_file(_broken(tmp_path, ".png")), api_name="/classify")
+        assert "Could not read the upload" in message
+    finally:
+        page.close()
+
+
+def test_serve_refuses_a_missing_checkpoint_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", "--checkpoint", str(tmp_path / "missing.ckpt")])
+    assert stopped.value.code == 2 and "checkpoint not found" in capsys.readouterr().err
