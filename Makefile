@@ -25,14 +25,17 @@ test: install lint
 test-all: install
 	$(BIN)/pytest -q -m ""
 
-# Trains the small music model on the Bach chorales for 7 minutes, prints validation NLL and
-# continues a held-out chorale into outputs/demo/ (MIDI, piano-roll PNG, WAV).
+# Trains the demo's music model on the Bach chorales for 7 minutes, prints its validation NLL,
+# continues a held-out chorale into outputs/demo/ (MIDI, piano-roll PNG, WAV) and prints how eight
+# continuations compare with the real ones (durations, polyphony, ...). A folder as checkpoint means
+# its newest run's best checkpoint.
 demo: install
 	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/music_demo.yaml
 	$(BIN)/multimodal validate --config configs/music_continuation.yaml --config configs/music_demo.yaml \
-		--ckpt_path outputs/demo
+		--ckpt_path outputs/demo --trainer.logger false
 	$(BIN)/multimodal generate --checkpoint outputs/demo --out outputs/demo \
 		--primer-seconds 6 --max-new-tokens 512 --top-p 0.95 --seed 0 --overwrite
+	$(BIN)/multimodal sample-stats --checkpoint outputs/demo --num-primers 8 --max-new-tokens 512 --top-p 0.95
 
 # On a machine with a GPU, first thing: every task in bf16 (eager and compiled), the LM against its
 # peers, relative attention against SDPA, cached generation; one table in gpu_check.md (<= 8 min).

@@ -47,6 +47,8 @@ def _lr(lr: float) -> list[str]:
     return ["--model.init_args.optimizer.init_args.lr", str(lr)]
 
 
+_DURATION = ["--data.init_args.vocabulary", "duration"]
+
 CANDIDATES: dict[str, list[str]] = {
     "4x256": _model(256, 4) + _data(256, 16) + _lr(1e-3),  # the demo before this sweep
     "3x128": _model(128, 3) + _data(256, 16) + _lr(1e-3),
@@ -54,7 +56,11 @@ CANDIDATES: dict[str, list[str]] = {
     "2x128-lr2e-3": _model(128, 2) + _data(256, 16) + _lr(2e-3),
     "3x192-lr1e-3": _model(192, 3, 6) + _data(256, 16) + _lr(1e-3),
     "3x128-seq512-b8": _model(128, 3) + _data(512, 8) + _lr(2e-3),
-    "3x128-duration": _model(128, 3) + _data(256, 16) + _lr(2e-3) + ["--data.init_args.vocabulary", "duration"],
+    "3x128-duration": _model(128, 3) + _data(256, 16) + _lr(2e-3) + _DURATION,
+    # second round, after the first showed that only the duration vocabulary keeps notes short
+    "2x128-duration": _model(128, 2) + _data(256, 16) + _lr(2e-3) + _DURATION,
+    "2x128-duration-lr3e-3": _model(128, 2) + _data(256, 16) + _lr(3e-3) + _DURATION,
+    "3x128-duration-lr3e-3": _model(128, 3) + _data(256, 16) + _lr(3e-3) + _DURATION,
 }
 
 
@@ -75,7 +81,7 @@ def main() -> None:
             old = json.loads(path.read_text())
             if "error" in old:
                 continue
-            new = {**old, **evaluate(path.parent / "outputs/demo/checkpoints/best.ckpt")}
+            new = {**old, **evaluate(best_checkpoint(path.parent))}
             path.write_text(json.dumps(new, indent=2) + "\n")
             print(json.dumps(new), flush=True)
         print(table(sorted(args.reevaluate.glob("*/result.json"))))
@@ -100,7 +106,15 @@ def run_candidate(name: str, seed: int, minutes: float, folder: Path) -> dict:
     if done.returncode:
         return {"candidate": name, "seed": seed, "error": done.stderr.strip().splitlines()[-1:]}
     fit_seconds = time.monotonic() - start
-    return {"candidate": name, "seed": seed, "fit_seconds": round(fit_seconds), **evaluate(folder / "outputs/demo/checkpoints/best.ckpt")}
+    return {"candidate": name, "seed": seed, "fit_seconds": round(fit_seconds), **evaluate(best_checkpoint(folder))}
+
+
+def best_checkpoint(folder: Path) -> Path:
+    """The best checkpoint of the candidate run in ``folder`` (runs made before per-run folders kept it flat)."""
+    from tasks.runs import resolve_checkpoint
+
+    flat = folder / "outputs/demo/checkpoints/best.ckpt"
+    return flat if flat.is_file() else resolve_checkpoint(folder / "outputs/demo")
 
 
 def evaluate(checkpoint: Path) -> dict:
