@@ -1,4 +1,4 @@
-"""Relative attention speed and memory against SDPA, naive Shaw and the plain Music Transformer skew.
+"""Attention with each position scheme against SDPA: relative (ours, naive Shaw, the plain skew), rotary, ALiBi.
 
 Every (implementation, seq_len, mode) runs in a fresh process so peak memory is its own: the
 "extra memory" column is the process's peak RSS minus its RSS after the inputs were built.
@@ -9,10 +9,16 @@ Modes:
     forward  forward only, no autograd (inference / scoring)
     decode   one new query against ``seq_len`` cached keys (a step of cached generation)
 
+Implementations: ``sdpa`` (causal SDPA, no positions: the peer), ``ours`` (relative, the skewed
+kernel), ``naive_shaw`` and ``plain_skew`` (the two classic ways of computing it), ``rotary``
+(q and k turned, then causal SDPA), ``alibi`` (query-blocked SDPA with the distance bias), and
+``ours_b{N}`` (the relative kernel with query blocks of N: the block-size sweep).
+
 Usage::
 
-    python benchmarks/attention.py                       # the table of docs/benchmarks.md
-    python benchmarks/attention.py --lengths 256 512 --modes train
+    python benchmarks/attention.py                       # the relative table of docs/benchmarks.md
+    python benchmarks/attention.py --implementations sdpa rotary alibi --lengths 512 1024 2048 4096
+    python benchmarks/attention.py --implementations sdpa ours_b32 ours_b64 ours_b128 ours_b256 --modes train
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import subprocess
 import sys
 import time
 
-IMPLEMENTATIONS = ["sdpa", "naive_shaw", "plain_skew", "ours"]
+IMPLEMENTATIONS = ["sdpa", "naive_shaw", "plain_skew", "ours"]  # the default table; also rotary, alibi, ours_b{N}
 NAIVE_LIMIT_BYTES = 8 * 2**30  # naive Shaw materialises (heads, L, L, head_dim): skip when larger
 
 
@@ -51,7 +57,7 @@ def main() -> None:
 def _run_fresh(job: dict) -> dict:
     if job["name"] == "naive_shaw" and 8 * job["length"] ** 2 * 32 * 4 * 3 > NAIVE_LIMIT_BYTES:
         return {"skipped": "needs > 8 GiB"}
-    if job["mode"] == "decode" and job["name"] in ("naive_shaw", "plain_skew"):
+    if job["mode"] == "decode" and (job["name"] in ("naive_shaw", "plain_skew") or job["name"].startswith("ours_b")):
         return {"skipped": "n/a"}
     result = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True, text=True, check=False
@@ -104,6 +110,24 @@ def _implementation(name: str, table, query_offset: int):
     import torch.nn.functional as F
 
     from multimodal.layers.attend import attend
+    from multimodal.layers.positions import ALiBiPositions, RotaryPositions
+    from multimodal.layers.relative import relative_attention
+
+    if name.startswith("ours_b"):
+        block_size = int(name.removeprefix("ours_b"))
+        return lambda q, k, v: relative_attention(q, k, v, table, causal=True, query_offset=query_offset,
+                                                  block_size=block_size, backend="skew")  # fmt: skip
+    rotary, alibi = RotaryPositions(table.weight.shape[-1]), ALiBiPositions(table.weight.shape[0])
+
+    def rotary_sdpa(q, k, v):
+        positions = torch.arange(k.shape[-2])
+        q = rotary.rotate(q, positions[query_offset:])
+        if q.shape[-2] > 1:  # a decoding step finds its keys turned already, in the cache
+            k = rotary.rotate(k, positions)
+        return sdpa(q, k, v)
+
+    def alibi_attention(q, k, v):
+        return attend(q, k, v, causal=True, position=alibi, query_offset=query_offset)
 
     def sdpa(q, k, v):
         if q.shape[-2] == 1:
@@ -129,7 +153,8 @@ def _implementation(name: str, table, query_offset: int):
         mask = torch.ones(length, length, dtype=torch.bool).triu(1)
         return torch.softmax(logits.masked_fill(mask, float("-inf")), -1) @ v
 
-    return {"sdpa": sdpa, "ours": ours, "naive_shaw": naive_shaw, "plain_skew": plain_skew}[name]
+    return {"sdpa": sdpa, "ours": ours, "naive_shaw": naive_shaw, "plain_skew": plain_skew, "rotary": rotary_sdpa,
+            "alibi": alibi_attention}[name]  # fmt: skip
 
 
 def _rss_peak_mb() -> float:

@@ -15,10 +15,20 @@ The second table times single decoding steps of our model at growing context len
 (one token against the KV cache; the median of the 16 steps around that length) and uncached (a
 full forward over the whole context, which ``generate(use_cache=False)`` runs every step).
 
+``--decoding`` adds the other ways to decode, each against its HF counterpart in the same run,
+taking turns, ``--decoding-tokens`` (128) new tokens, greedy, no early stop:
+
+    beam      4 beams (``beam_search`` vs ``generate(num_beams=4)``), one 64-token prompt
+    batch N   N prompts of mixed lengths (16..64 tokens, drawn once), left-padded
+              (``generate_batch`` vs ``generate(attention_mask=...)`` on left-padded ids), N = 8, 32
+    relative  batch 1, our model with relative positions (the Music Transformer's, clipped at 256)
+              against the same model with learned positions and against HF
+
 Usage::
 
     python benchmarks/text_generation.py                 # the tables of docs/benchmarks.md
     python benchmarks/text_generation.py --rounds 5 --new-tokens 256 --modes greedy
+    python benchmarks/text_generation.py --decoding --modes --contexts   # only the decoding table
 """
 
 from __future__ import annotations
@@ -31,7 +41,8 @@ import time
 import torch
 from torch import nn
 
-from multimodal.generation import generate, sample_next
+from multimodal.beam_search import beam_search
+from multimodal.generation import generate, generate_batch, sample_next
 from multimodal.models import CausalLM, CausalLMConfig
 
 VOCAB_SIZE, DIM, LAYERS, HEADS, FF, POSITIONS = 8000, 256, 6, 8, 1024, 1024
@@ -44,8 +55,10 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", nargs="+", default=["greedy", "sample"], choices=["greedy", "sample"])
-    parser.add_argument("--contexts", type=int, nargs="+", default=[64, 128, 256, 384, 512, 575])
+    parser.add_argument("--modes", nargs="*", default=["greedy", "sample"], choices=["greedy", "sample"])
+    parser.add_argument("--contexts", type=int, nargs="*", default=[64, 128, 256, 384, 512, 575])
+    parser.add_argument("--decoding", action="store_true", help="also beam, batched and relative decoding vs HF")
+    parser.add_argument("--decoding-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:
@@ -59,7 +72,61 @@ def main() -> None:
     for mode in args.modes:
         results = speed(ours, hf, prompt, args.new_tokens, mode, args.rounds)
         print(speed_table(results, mode))
-    print(context_table(ours, prompt, args.contexts))
+    if args.contexts:
+        print(context_table(ours, prompt, args.contexts))
+    if args.decoding:
+        print(decoding_table(ours, hf, prompt, args.decoding_tokens, args.rounds))
+
+
+def decoding_table(ours: nn.Module, hf: nn.Module, prompt: torch.Tensor, new_tokens: int, rounds: int) -> str:
+    """Beam, batched and relative-position decoding: new tokens/s (all rows) of ours and HF, taking turns."""
+    generator = torch.Generator().manual_seed(1)
+    fixed = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "use_cache": True, "pad_token_id": 0,
+             "do_sample": False}  # fmt: skip
+    cases = {}
+    cases["beam 4"] = (
+        lambda: beam_search(ours, prompt, new_tokens, 4)[0],
+        lambda: hf.generate(prompt, attention_mask=torch.ones_like(prompt), num_beams=4, early_stopping=False,
+                            length_penalty=1.0, **fixed),
+        1,
+    )
+    for count in (8, 32):
+        lengths = torch.randint(16, 65, (count,), generator=generator).tolist()
+        prompts = [torch.randint(1, VOCAB_SIZE, (length,), generator=generator) for length in lengths]
+        padded = torch.zeros(count, max(lengths), dtype=torch.long)
+        mask = torch.zeros(count, max(lengths), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            padded[row, -len(ids) :], mask[row, -len(ids) :] = ids, 1
+        cases[f"batch {count}"] = (
+            lambda prompts=prompts: generate_batch(ours, prompts, new_tokens, temperature=0),
+            lambda padded=padded, mask=mask: hf.generate(padded, attention_mask=mask, **fixed),
+            count,
+        )
+    relative = our_model(position="relative")
+    cases["relative (vs HF)"] = (
+        lambda: generate(relative, prompt, new_tokens, temperature=0),
+        lambda: hf.generate(prompt, attention_mask=torch.ones_like(prompt), **fixed),
+        1,
+    )
+    cases["relative (vs ours, learned)"] = (
+        lambda: generate(relative, prompt, new_tokens, temperature=0),
+        lambda: generate(ours, prompt, new_tokens, temperature=0),
+        1,
+    )
+    lines = [f"decoding, greedy, {new_tokens} new tokens per row; new tokens/s over all rows, median of {rounds}",
+             "", "| case | ours | peer | ours / peer |", "|---|---:|---:|---:|"]  # fmt: skip
+    with torch.inference_mode():
+        for name, (run_ours, run_peer, rows) in cases.items():
+            run_ours(), run_peer()  # warm-up
+            times = {"ours": [], "peer": []}
+            for _ in range(rounds):
+                for side, run in (("ours", run_ours), ("peer", run_peer)):
+                    start = time.perf_counter()
+                    run()
+                    times[side].append(time.perf_counter() - start)
+            ours_rate, peer_rate = (rows * new_tokens / statistics.median(times[side]) for side in ("ours", "peer"))
+            lines.append(f"| {name} | {ours_rate:.0f} | {peer_rate:.0f} | {ours_rate / peer_rate:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def speed(ours: nn.Module, hf: nn.Module, prompt: torch.Tensor, new_tokens: int, mode: str, rounds: int):
@@ -144,11 +211,14 @@ def _time(function, repeats: int) -> list[float]:
     return times
 
 
-def our_model() -> nn.Module:
+def our_model(position: str = "learned") -> nn.Module:
+    """The benchmark's LM; ``relative`` clips distances at 256 (the music task's setting)."""
+    extra = {"max_relative_distance": 256} if position == "relative" else {}
     config = CausalLMConfig(
         vocab_size=VOCAB_SIZE, dim=DIM, num_layers=LAYERS, num_heads=HEADS, ff_dim=FF, max_seq_len=POSITIONS,
-        position="learned", dropout=0.0, activation="gelu_tanh",
+        position=position, dropout=0.0, activation="gelu_tanh", **extra,
     )  # fmt: skip
+    torch.manual_seed(0)
     return CausalLM(config).eval()
 
 
