@@ -30,7 +30,9 @@ def test_config_names_the_task_and_its_links():
 
 def test_parse_links_vocab_size_from_the_data(music_args):
     cli = MultimodalCLI(music_args, data_links=MusicContinuation.data_links, run=False)
-    assert cli.model.config.vocab_size == cli.datamodule.tokenizer.vocab_size == 388 + 3
+    # The config's duration vocabulary: 3 specials, 100 time shifts, 32 velocities, 128 pitches and
+    # 200 durations (every 10 ms to 1 s, every 50 ms to 4 s, every 100 ms to 8 s).
+    assert cli.model.config.vocab_size == cli.datamodule.tokenizer.vocab_size == 3 + 100 + 32 + 128 + (100 + 60 + 40)
     assert cli.model.config.dim == 32  # the tiny override won over the base config
 
 
