@@ -54,9 +54,8 @@ def attend(
     bias = None
     if position is not None:
         fused = position.attend(
-            *_with_query_heads(q, k, v), causal=causal, query_offset=query_offset,
-            key_padding_mask=key_padding_mask, dropout_p=dropout_p,
-        )  # fmt: skip
+            q, k, v, causal=causal, query_offset=query_offset, key_padding_mask=key_padding_mask, dropout_p=dropout_p
+        )
         if fused is not None:
             return fused
         bias = position.bias(q, *_positions(q.shape[-2], k.shape[-2], query_offset, q.device))
@@ -67,6 +66,14 @@ def attend(
     mask = None
     if not (simple_causal or newest_query):
         mask = _allowed(q_len, k_len, causal, query_offset, key_padding_mask, q.device)
+    groups = q.shape[1] // k.shape[1]
+    if newest_query and mask is None and bias is None and groups > 1:
+        # Grouped-query decoding step: the query heads of one key/value head are that head's
+        # queries, so one product per key/value head reads the cache once (SDPA's enable_gqa path
+        # copies the cache to every query head on CPU).
+        batch, heads, _, head_dim = q.shape
+        grouped = q.reshape(batch, k.shape[1], groups, head_dim)
+        return F.scaled_dot_product_attention(grouped, k, v, dropout_p=dropout_p).reshape(batch, heads, 1, head_dim)
     if bias is not None:
         mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
     elif key_padding_mask is not None and mask is not None:
@@ -74,7 +81,7 @@ def attend(
         # see no real key at all, and its row must stay finite (it is discarded, but NaN would spread).
         mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, torch.finfo(q.dtype).min)
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal, enable_gqa=k.shape[1] != q.shape[1]
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal, enable_gqa=groups > 1
     )
 
 
@@ -110,14 +117,6 @@ def attend_reference(
 def _positions(q_len: int, k_len: int, query_offset: int, device) -> tuple[Tensor, Tensor]:
     """Absolute query positions ``(q, 1)`` and key positions ``(1, k)``: queries from ``query_offset``, keys from 0."""
     return (torch.arange(q_len, device=device)[:, None] + query_offset, torch.arange(k_len, device=device)[None, :])
-
-
-def _with_query_heads(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``q, k, v`` with keys and values repeated to the query heads, for fused position kernels."""
-    groups = q.shape[1] // k.shape[1]
-    if groups == 1:
-        return q, k, v
-    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
 
 def _allowed(

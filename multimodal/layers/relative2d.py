@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from multimodal.layers.positions.base import AttentionPosition
+from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
 
 __all__ = ["RelativePosition2D", "offset_index"]
 
@@ -120,6 +120,7 @@ class RelativePosition2D(AttentionPosition):
     def attend(self, q, k, v, *, causal, query_offset, key_padding_mask, dropout_p) -> Tensor:
         if query_offset:
             raise ValueError("2D relative positions have no KV-cached decoding; run full forwards")
+        q, k, v = repeat_kv_heads(q, k, v)
         bias = self(q) if q.shape[-2] == k.shape[-2] else self.prefix_bias(q.shape[-2], k.shape[-2]).to(q.dtype)
         allowed = None
         if causal:

@@ -125,6 +125,28 @@ def test_alibi_blocked_kernel_equals_the_dense_reference_forward_and_backward(ca
     assert bias.shape == (4, 50, 50) and bias[2, 10, 3] == -alibi_slopes(4)[2] * 7
 
 
+def test_causal_alibi_stays_exact_in_float32_over_a_long_sequence_with_padding_and_grouped_heads():
+    """The folded query/key features of the causal kernel against the float64 dense reference."""
+    torch.manual_seed(0)
+    length = 1100  # nine blocks; the last query is 1,099 positions from the first key
+    q = torch.randn(2, 8, length, 16, requires_grad=True)
+    k, v = (torch.randn(2, 2, length, 16, requires_grad=True) for _ in range(2))
+    padding = torch.zeros(2, length, dtype=torch.bool)
+    padding[1, :37] = True  # a left-padded row: its first 37 queries see no real key
+    fast = attend(q, k, v, causal=True, key_padding_mask=padding, position=ALiBiPositions(8))
+    assert torch.isfinite(fast).all()
+    wide = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    reference = attend_reference(*wide, causal=True, key_padding_mask=padding, position=ALiBiPositions(8).double())
+    real = torch.ones(2, 1, length, 1)
+    real[1, :, :37] = 0  # the padded queries' rows are discarded by their users
+    torch.testing.assert_close(fast * real, (reference * real).float(), atol=2e-5, rtol=1e-4)
+    weights = torch.randn(2, 8, length, 16) * real
+    grads = torch.autograd.grad((fast * weights).sum(), (q, k, v))
+    expected = torch.autograd.grad((reference * weights.double()).sum(), wide)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want.float(), atol=1e-4, rtol=1e-3)
+
+
 def test_alibi_memory_is_linear_in_the_sequence():
     length, heads, block = 512, 4, 64
     alibi = ALiBiPositions(heads, block_size=block)

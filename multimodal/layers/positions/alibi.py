@@ -6,9 +6,15 @@ model trained on short windows keeps its perplexity far past them, because the b
 every distance and grows no differently there.
 
 Memory stays linear in the sequence: full attention over a whole sequence runs query block by
-query block, each block's ``(heads, block, keys)`` bias made on the fly, and the backward pass
-recomputes a block instead of keeping its bias (activation checkpointing per block). One decoding
-step, local attention and the reference path take the dense :meth:`ALiBiPositions.bias`.
+query block, and the backward pass recomputes a block instead of keeping what it made (activation
+checkpointing per block). Causal attention needs no bias tensor at all: for query ``i`` the bias
+``-m·(i - j) = m·(j - c) - m·(i - c)`` is, up to a constant per query row (which softmax
+ignores), ``m·(j - c)``, the product of a query feature ``m / scale`` and a key feature ``j - c``.
+So each block appends these features to its queries and keys and runs SDPA with a boolean causal
+mask shared by the heads. ``c`` is the block's last query, so the features near the diagonal, the
+pairs that carry the weight, are small exact integers (float32 keeps them exactly to ``2**24``).
+Bidirectional attention makes the block's ``(heads, block, keys)`` bias. One decoding step, local
+attention and the reference path take the dense :meth:`ALiBiPositions.bias`.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from multimodal.layers.positions.base import AttentionPosition
+from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -72,13 +78,15 @@ class ALiBiPositions(AttentionPosition):
         """Query-blocked attention with the bias made per block; None for a single query (use the dense bias)."""
         if q.shape[-2] == 1:
             return None
+        q, k, v = repeat_kv_heads(q, k, v)
+        kernel = _CausalBlock if causal else _Block
         pieces = []
         for start in range(0, q.shape[-2], self.block_size):
             stop = min(start + self.block_size, q.shape[-2])
             keys = min(k.shape[-2], query_offset + stop) if causal else k.shape[-2]
             padding = None if key_padding_mask is None else key_padding_mask[:, :keys]
             args = (q[..., start:stop, :], k[..., :keys, :], v[..., :keys, :], padding)
-            block = _Block(self.slopes, query_offset + start, causal, dropout_p)
+            block = kernel(self.slopes, query_offset + start, dropout_p)
             if torch.is_grad_enabled() and any(t.requires_grad for t in args[:3]):
                 pieces.append(checkpoint(block, *args, use_reentrant=False))
             else:
@@ -89,18 +97,46 @@ class ALiBiPositions(AttentionPosition):
         return f"num_heads={self.slopes.numel()}, block_size={self.block_size}"
 
 
-class _Block:
-    """One query block: SDPA with the block's ALiBi bias (and causal, padding masks) as ``attn_mask``."""
+class _CausalBlock:
+    """One causal query block: the bias as a query feature times a key feature, a boolean mask, SDPA."""
 
-    def __init__(self, slopes: Tensor, first_query: int, causal: bool, dropout_p: float) -> None:
-        self.slopes, self.first_query, self.causal, self.dropout_p = slopes, first_query, causal, dropout_p
+    def __init__(self, slopes: Tensor, first_query: int, dropout_p: float) -> None:
+        self.slopes, self.first_query, self.dropout_p = slopes, first_query, dropout_p
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        head_dim, scale = q.shape[-1], 1.0 / math.sqrt(q.shape[-1])
+        width = 8 - head_dim % 8  # the features padded to a multiple of 8 (what fused kernels like)
+        last_query = self.first_query + q.shape[-2] - 1
+        query_pos = torch.arange(q.shape[-2], device=q.device)[:, None] + self.first_query
+        key_pos = torch.arange(k.shape[-2], device=q.device)
+        q_feature = q.new_zeros(*q.shape[:-1], width)
+        q_feature[..., 0] = (self.slopes.to(q.dtype) / scale)[:, None]
+        k_feature = k.new_zeros(*k.shape[:-1], width)
+        k_feature[..., 0] = (key_pos - last_query).to(k.dtype)
+        mask = key_pos[None, :] <= query_pos  # (q, k), shared by the heads
+        if key_padding_mask is not None:  # finite for padding: a padded query may see no real key
+            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+            mask = mask.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(q.dtype).min)
+        # v is padded too: SDPA's fused CPU kernel needs one head size for q, k and v (else it
+        # falls back to the math path, 6-8x slower); the padded output columns are zeros.
+        v = torch.cat([v, v.new_zeros(*v.shape[:-1], width)], -1)
+        out = F.scaled_dot_product_attention(
+            torch.cat([q, q_feature], -1), torch.cat([k, k_feature], -1), v, attn_mask=mask,
+            dropout_p=self.dropout_p, scale=scale,
+        )  # fmt: skip
+        return out[..., :head_dim]
+
+
+class _Block:
+    """One bidirectional query block: SDPA with the block's ALiBi bias (and padding mask) as ``attn_mask``."""
+
+    def __init__(self, slopes: Tensor, first_query: int, dropout_p: float) -> None:
+        self.slopes, self.first_query, self.dropout_p = slopes, first_query, dropout_p
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         query_pos = torch.arange(q.shape[-2], device=q.device)[:, None] + self.first_query
         key_pos = torch.arange(k.shape[-2], device=q.device)[None, :]
         bias = -self.slopes.to(q.dtype)[:, None, None] * (query_pos - key_pos).abs().to(q.dtype)  # (h, q, k)
-        if self.causal:
-            bias = bias.masked_fill(key_pos > query_pos, float("-inf"))
         if key_padding_mask is not None:
             bias = bias.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(q.dtype).min)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout_p)

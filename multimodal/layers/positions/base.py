@@ -26,6 +26,18 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 
+def repeat_kv_heads(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``q, k, v`` with grouped-query keys and values ``(batch, kv_heads, ...)`` repeated to the query heads.
+
+    For kernels that need one key/value head per query head; adjacent query heads share a key/value
+    head (the layout of Llama). No copy when the heads already match.
+    """
+    groups = q.shape[1] // k.shape[1]
+    if groups == 1:
+        return q, k, v
+    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
 class AttentionPosition(nn.Module):
     """Base of the position schemes inside attention; see the module docstring.
 
@@ -65,6 +77,8 @@ class AttentionPosition(nn.Module):
     ) -> Tensor | None:
         """A fused full-attention kernel ``(batch, heads, q_len, head_dim)``, or None for SDPA + :meth:`bias`.
 
-        Same arguments as :func:`multimodal.layers.attend.attend`.
+        Same arguments as :func:`multimodal.layers.attend.attend`: ``k`` and ``v`` keep their
+        ``kv_heads`` (grouped-query attention); a kernel that needs one per query head calls
+        :func:`repeat_kv_heads`, and only when it runs (a decoding step that returns None copies nothing).
         """
         return None
