@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from probes import LargestTensor
 
 from multimodal.layers import (
     ALiBiPositions,
@@ -94,19 +94,6 @@ def test_alibi_slopes_are_the_papers_and_blooms():
         torch.testing.assert_close(built[:, 0, 1], alibi_slopes(heads))
 
 
-class _LargestTensor(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in out if isinstance(out, tuple | list) else [out]:
-            if isinstance(tensor, torch.Tensor):
-                self.largest = max(self.largest, tensor.numel())
-        return out
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_alibi_blocked_kernel_equals_the_dense_reference_forward_and_backward(causal):
     alibi = ALiBiPositions(4, block_size=16).double()
@@ -151,7 +138,7 @@ def test_alibi_memory_is_linear_in_the_sequence():
     length, heads, block = 512, 4, 64
     alibi = ALiBiPositions(heads, block_size=block)
     q, k, v = (torch.randn(1, heads, length, 16, requires_grad=True) for _ in range(3))
-    with _LargestTensor() as probe:
+    with LargestTensor() as probe:
         attend(q, k, v, causal=True, position=alibi).sum().backward()
     assert probe.largest <= heads * block * length  # one block's bias, never (heads, L, L)
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from probes import LargestTensor
 
 from multimodal.layers import Encoder, MultiHeadAttention, RelativePosition2D, TransformerConfig
 from multimodal.layers.attend import attend, attend_reference
@@ -108,26 +108,11 @@ def test_bias_depends_only_on_the_offset_between_cells():
     assert not torch.allclose(bias[0, 0, 1, 2], bias[0, 0, 2, 1])
 
 
-class _LargestTensor(TorchDispatchMode):
-    """Records the largest number of elements of any tensor an operator returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in out if isinstance(out, tuple | list) else [out]:
-            if isinstance(tensor, torch.Tensor):
-                self.largest = max(self.largest, tensor.numel())
-        return out
-
-
 def test_no_tensor_of_size_n_by_n_by_head_dim_is_built_forward_or_backward():
     rows, cols, head_dim, heads = 8, 8, 32, 2
     attention = MultiHeadAttention(heads * head_dim, heads, position=RelativePosition2D(heads, head_dim, (rows, cols)))
     x = torch.randn(1, 1 + rows * cols, heads * head_dim, requires_grad=True)
-    with _LargestTensor() as probe:
+    with LargestTensor() as probe:
         attention(x).sum().backward()
     n = rows * cols
     assert probe.largest >= heads * n * n  # the (b, h, N, N) bias exists...

@@ -5,14 +5,13 @@ import socket
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
+from checkpoints import one_step_checkpoint
 from PIL import Image
 
 from tasks.checkpoint import load_task
-from tasks.cli import MultimodalCLI, main, task_class_from_args
+from tasks.cli import main
 
 gradio = pytest.importorskip("gradio")
-ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {
     "music": ["music_continuation.yaml", "music_continuation_tiny.yaml"],
     "text": ["text_lm.yaml", "text_lm_tiny.yaml"],
@@ -26,18 +25,7 @@ CONFIGS = {
 def checkpoints(tmp_path_factory):
     """One-step checkpoints of every task's tiny config."""
     folder = tmp_path_factory.mktemp("serve")
-    paths = {}
-    for name, configs in CONFIGS.items():
-        argv = [arg for config in configs for arg in ("--config", str(ROOT / "configs" / config))]
-        argv += ["--trainer.logger", "false"]
-        cli = MultimodalCLI(argv, data_links=task_class_from_args(argv).data_links, run=False)
-        trainer = pl.Trainer(max_steps=1, limit_val_batches=0, num_sanity_val_steps=0, logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                             default_root_dir=folder)  # fmt: skip
-        trainer.fit(cli.model, datamodule=cli.datamodule)
-        paths[name] = folder / f"{name}.ckpt"
-        trainer.save_checkpoint(paths[name])
-    return paths
+    return {name: one_step_checkpoint(configs, folder / f"{name}.ckpt") for name, configs in CONFIGS.items()}
 
 
 def _broken(tmp_path, suffix):

@@ -12,12 +12,9 @@ import socket
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
-
-from tasks.cli import MultimodalCLI, task_class_from_args
+from checkpoints import one_step_checkpoint
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _driver():
@@ -36,19 +33,6 @@ def _driver():
     return webdriver.Chrome(service=Service(driver_path), options=options)
 
 
-def _music_checkpoint(folder: Path) -> Path:
-    configs = ["music_continuation.yaml", "music_continuation_tiny.yaml"]
-    argv = [arg for config in configs for arg in ("--config", str(ROOT / "configs" / config))]
-    argv += ["--trainer.logger", "false"]
-    cli = MultimodalCLI(argv, data_links=task_class_from_args(argv).data_links, run=False)
-    trainer = pl.Trainer(max_steps=1, limit_val_batches=0, num_sanity_val_steps=0, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=folder)  # fmt: skip
-    trainer.fit(cli.model, datamodule=cli.datamodule)
-    trainer.save_checkpoint(folder / "music.ckpt")
-    return folder / "music.ckpt"
-
-
 def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
     driver = _driver()  # skips without the browser or Selenium
     from selenium.webdriver.common.by import By
@@ -60,7 +44,7 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
     from tasks.serve import build_page
 
     chosen = os.environ.get("MULTIMODAL_SERVE_CHECKPOINT")
-    checkpoint = resolve_checkpoint(chosen) if chosen else _music_checkpoint(tmp_path)
+    checkpoint = resolve_checkpoint(chosen) if chosen else one_step_checkpoint(["music_continuation.yaml", "music_continuation_tiny.yaml"], tmp_path / "music.ckpt")
     task, tokenizer = load_task(checkpoint)
     page = build_page(task, tokenizer, checkpoint)
     with socket.socket() as probe:
