@@ -284,9 +284,13 @@ def _read_manifest(cache: Path, folder: Path, include_drums: bool) -> dict:
 
 
 def _write_manifest(cache: Path, folder: Path, include_drums: bool, files: dict, skipped: dict) -> None:
-    manifest = {"version": FORMAT_VERSION, "folder": str(folder), "include_drums": include_drums,
-                "files": dict(sorted(files.items())), "skipped": dict(sorted(skipped.items()))}  # fmt: skip
-    atomic_write_text(cache / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    # One file per line: readable, and json's C encoder (indent=... falls back to the pure-Python
+    # one, which took a third of an ingest of 10,000 small files).
+    lines = [f"{json.dumps(name)}: {json.dumps(entry)}" for name, entry in sorted(files.items())]
+    reasons = [f"{json.dumps(name)}: {json.dumps(entry)}" for name, entry in sorted(skipped.items())]
+    head = json.dumps({"version": FORMAT_VERSION, "folder": str(folder), "include_drums": include_drums})[:-1]
+    text = f'{head}, "files": {{\n' + ",\n".join(lines) + '\n}, "skipped": {\n' + ",\n".join(reasons) + "\n}}\n"
+    atomic_write_text(cache / MANIFEST, text)
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
