@@ -16,6 +16,12 @@ import json
 from pathlib import Path
 
 
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out`` and ``--overwrite``, which every kind of conversion takes."""
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace an export already there")
+
+
 def convert_command(argv: list[str]) -> None:
     """``multimodal convert``: converts weights already on disk (nothing is downloaded)."""
     parser = argparse.ArgumentParser(prog="multimodal convert", description=convert_command.__doc__)
@@ -26,24 +32,21 @@ def convert_command(argv: list[str]) -> None:
         description="Writes blocks.safetensors + config.json + tokenizer.json; init_from: OUT loads them.",
     )
     gpt2.add_argument("--hf-dir", type=Path, required=True, help="the Hugging Face GPT-2 folder")
-    gpt2.add_argument("--out", type=Path, required=True, help="output folder")
-    gpt2.add_argument("--overwrite", action="store_true", help="replace an export already there")
+    _add_output_arguments(gpt2)
     llama = kinds.add_parser(
         "llama",
         help="a Hugging Face Llama folder (config.json + model.safetensors, sharded or not)",
         description="Writes blocks.safetensors + config.json (+ tokenizer.json); init_from: OUT loads them.",
     )
     llama.add_argument("--hf-dir", type=Path, required=True, help="the Hugging Face Llama folder")
-    llama.add_argument("--out", type=Path, required=True, help="output folder")
-    llama.add_argument("--overwrite", action="store_true", help="replace an export already there")
+    _add_output_arguments(llama)
     vit = kinds.add_parser(
         "timm-vit",
         help="a timm vit_* state dict (.safetensors, or .pth read with weights_only=True)",
         description="Writes blocks.safetensors + config.json; init_from: OUT loads them.",
     )
     vit.add_argument("--weights", type=Path, required=True, help="the state dict file")
-    vit.add_argument("--out", type=Path, required=True, help="output folder")
-    vit.add_argument("--overwrite", action="store_true", help="replace an export already there")
+    _add_output_arguments(vit)
     vit.add_argument(
         "--model-name", default=None, help="timm name, e.g. vit_base_patch16_224 (gives the heads)"
     )
