@@ -18,3 +18,15 @@ CONFIGS = ROOT / "configs"
 def configs() -> Path:
     """The folder of shipped YAML configs."""
     return CONFIGS
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: on tiny tensors OpenMP threads only add overhead (and spin when
+    other jobs share the cores). Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

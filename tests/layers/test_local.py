@@ -7,14 +7,7 @@ from multimodal.layers import Decoder, Encoder, LocalAttention, RelativePosition
 from multimodal.layers.cache import KVCache
 from multimodal.layers.positions.grid import GridOffsets
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: OpenMP threads only add overhead (and spin when other jobs share the cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def mask_1d(length, window, causal):

@@ -17,13 +17,7 @@ from multimodal.layers import (
 from multimodal.layers.attend import attend, attend_reference
 from multimodal.layers.positions import alibi_slopes
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # ------------------------------------------------------------------------------------------ rotary

@@ -14,13 +14,7 @@ ATTENTION = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: OpenMP threads only add overhead (and spin when other jobs share the cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _model(attention="local2d", **overrides):
