@@ -128,6 +128,44 @@ def test_causal_alibi_stays_exact_in_float32_over_a_long_sequence_with_padding_a
         torch.testing.assert_close(got, want.float(), atol=1e-4, rtol=1e-3)
 
 
+def test_causal_alibi_queries_at_an_offset_equal_the_reference():
+    """A chunk of queries after cached keys (chunked prefill): the fused blocks against the dense reference."""
+    alibi = ALiBiPositions(4, block_size=8).double()
+    q = torch.randn(2, 4, 21, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, 4, 50, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    results = []
+    for core in (attend, attend_reference):
+        out = core(q, k, v, causal=True, query_offset=29, key_padding_mask=None, position=alibi)
+        results.append((out, torch.autograd.grad(out.square().sum(), (q, k, v))))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for fast, reference in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(fast, reference)
+
+
+def test_alibi_backward_recomputes_no_forward_on_the_cpu():
+    """Each block keeps its log-sum-exp: the backward calls the fused backward, never the forward again."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    alibi = ALiBiPositions(4, block_size=16)
+    q, k, v = (torch.randn(1, 4, 64, 16, requires_grad=True) for _ in range(3))
+    with Calls() as forward:
+        out = attend(q, k, v, causal=True, position=alibi)
+    with Calls() as backward:
+        out.sum().backward()
+    fused = "_scaled_dot_product_flash_attention_for_cpu"
+    assert forward.names.count(fused) == 4  # one per block of 16 queries
+    assert fused not in backward.names and backward.names.count(fused + "_backward") == 4
+
+
 def test_alibi_memory_is_linear_in_the_sequence():
     length, heads, block = 512, 4, 64
     alibi = ALiBiPositions(heads, block_size=block)

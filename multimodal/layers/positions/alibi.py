@@ -6,15 +6,19 @@ model trained on short windows keeps its perplexity far past them, because the b
 every distance and grows no differently there.
 
 Memory stays linear in the sequence: full attention over a whole sequence runs query block by
-query block, and the backward pass recomputes a block instead of keeping what it made (activation
-checkpointing per block). Causal attention needs no bias tensor at all: for query ``i`` the bias
-``-m·(i - j) = m·(j - c) - m·(i - c)`` is, up to a constant per query row (which softmax
-ignores), ``m·(j - c)``, the product of a query feature ``m / scale`` and a key feature ``j - c``.
-So each block appends these features to its queries and keys and runs SDPA with a boolean causal
-mask shared by the heads. ``c`` is the block's last query, so the features near the diagonal, the
-pairs that carry the weight, are small exact integers (float32 keeps them exactly to ``2**24``).
-Bidirectional attention makes the block's ``(heads, block, keys)`` bias. One decoding step, local
-attention and the reference path take the dense :meth:`ALiBiPositions.bias`.
+query block and never makes an ``(L, L)`` tensor. Causal attention needs no bias tensor at all: for
+query ``i`` the bias ``-m·(i - j) = m·(j - c) - m·(i - c)`` is, up to a constant per query row
+(which softmax ignores), ``m·(j - c)``, the product of a query feature ``m / scale`` and a key
+feature ``j - c``. So the queries and keys carry these features and every block runs SDPA's fused
+kernel with a causal mask shared by the heads. ``c`` is the block's last query, so the features
+near the diagonal, the pairs that carry the weight, are small exact integers (float32 keeps them
+exactly to ``2**24``). Bidirectional attention makes the block's ``(heads, block, keys)`` bias.
+
+On the CPU (without dropout) the blocks run in one autograd function over the fused kernel's own
+forward and backward: each block keeps its output's log-sum-exp, so the backward recomputes
+nothing but the block's key feature and mask. Elsewhere each block is checkpointed (its forward
+runs again in the backward). One decoding step, local attention and the reference path take the
+dense :meth:`ALiBiPositions.bias`.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class ALiBiPositions(AttentionPosition):
         if q.shape[-2] == 1:
             return None
         q, k, v = repeat_kv_heads(q, k, v)
+        if q.device.type == "cpu" and dropout_p == 0.0:
+            return _FusedBlocks.apply(q, k, v, self.slopes, causal, query_offset, key_padding_mask, self.block_size)
         kernel = _CausalBlock if causal else _Block
         pieces = []
         for start in range(0, q.shape[-2], self.block_size):
@@ -140,3 +146,77 @@ class _Block:
         if key_padding_mask is not None:
             bias = bias.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(q.dtype).min)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout_p)
+
+
+class _FusedBlocks(torch.autograd.Function):
+    """Query-blocked ALiBi attention on SDPA's fused CPU kernel, forward and backward, keeping each block's log-sum-exp.
+
+    ``forward(q, k, v, slopes, causal, query_offset, key_padding_mask, block_size)`` takes
+    ``q (batch, heads, queries, head_dim)`` and ``k, v (batch, heads, keys, head_dim)`` and returns
+    ``(batch, heads, queries, head_dim)``. The queries, keys and values are widened once by the
+    ALiBi features (causal) and the padding to a multiple of 8 (one head size for q, k and v: the
+    fused kernel's condition); a block only rewrites the key feature ``j - c`` in place. Saved:
+    the widened inputs, the output and its log-sum-exp, all linear in the sequence.
+    """
+
+    _forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    _backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+    @staticmethod
+    def forward(ctx, q, k, v, slopes, causal, query_offset, key_padding_mask, block_size):
+        head_dim, scale = q.shape[-1], 1.0 / math.sqrt(q.shape[-1])
+        width = 8 - head_dim % 8
+        q_wide = F.pad(q, (0, width))
+        k_wide, v_wide = F.pad(k, (0, width)), F.pad(v, (0, width))
+        if causal:
+            q_wide[..., head_dim] = (slopes.to(q.dtype) / scale)[:, None]
+        ctx.blocks = (slopes, causal, query_offset, block_size, scale, head_dim)
+        out = torch.empty_like(q_wide)
+        lse = []
+        for start, stop, keys, mask in _FusedBlocks._plan(ctx.blocks, q_wide, k_wide, key_padding_mask):
+            block_out, block_lse = _FusedBlocks._forward(
+                q_wide[..., start:stop, :], k_wide[..., :keys, :], v_wide[..., :keys, :], attn_mask=mask, scale=scale
+            )
+            out[..., start:stop, :] = block_out
+            lse.append(block_lse)
+        ctx.save_for_backward(q_wide, k_wide, v_wide, out, torch.cat(lse, dim=-1), key_padding_mask)
+        ctx.head_dim = head_dim
+        return out[..., :head_dim]
+
+    @staticmethod
+    def backward(ctx, grad):
+        q_wide, k_wide, v_wide, out, lse, key_padding_mask = ctx.saved_tensors
+        grad_wide = F.pad(grad, (0, q_wide.shape[-1] - ctx.head_dim))
+        grad_q = torch.empty_like(q_wide)
+        grad_k, grad_v = torch.zeros_like(k_wide), torch.zeros_like(v_wide)
+        for start, stop, keys, mask in _FusedBlocks._plan(ctx.blocks, q_wide, k_wide, key_padding_mask):
+            block_q, block_k, block_v = _FusedBlocks._backward(
+                grad_wide[..., start:stop, :], q_wide[..., start:stop, :], k_wide[..., :keys, :],
+                v_wide[..., :keys, :], out[..., start:stop, :], lse[..., start:stop], 0.0, False,
+                attn_mask=mask, scale=ctx.blocks[4],
+            )  # fmt: skip
+            grad_q[..., start:stop, :] = block_q
+            grad_k[..., :keys, :] += block_k
+            grad_v[..., :keys, :] += block_v
+        d = ctx.head_dim
+        return grad_q[..., :d], grad_k[..., :d], grad_v[..., :d], None, None, None, None, None
+
+    @staticmethod
+    def _plan(blocks, q_wide: Tensor, k_wide: Tensor, key_padding_mask: Tensor | None):
+        """Yields ``(start, stop, keys, additive mask)`` per query block, setting the block's key feature first."""
+        slopes, causal, query_offset, block_size, _, head_dim = blocks
+        key_pos = torch.arange(k_wide.shape[-2], device=k_wide.device)
+        dtype, lowest = q_wide.dtype, torch.finfo(q_wide.dtype).min
+        for start in range(0, q_wide.shape[-2], block_size):
+            stop = min(start + block_size, q_wide.shape[-2])
+            query_pos = torch.arange(query_offset + start, query_offset + stop, device=q_wide.device)[:, None]
+            keys = min(k_wide.shape[-2], query_offset + stop) if causal else k_wide.shape[-2]
+            if causal:
+                k_wide[..., :keys, head_dim] = (key_pos[:keys] - (query_offset + stop - 1)).to(dtype)
+                mask = torch.zeros(stop - start, keys, dtype=dtype, device=q_wide.device)
+                mask.masked_fill_(key_pos[None, :keys] > query_pos, float("-inf"))
+            else:
+                mask = -slopes.to(dtype)[None, :, None, None] * (query_pos - key_pos[None, :]).abs().to(dtype)
+            if key_padding_mask is not None:  # finite: a padded query may see no real key
+                mask = mask.masked_fill(key_padding_mask[:, None, None, :keys], lowest)
+            yield start, stop, keys, mask
