@@ -127,6 +127,9 @@ def generate(
     progress: bool = False,
     shaping: Shaping | None = None,
     prompt_padding: Tensor | None = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool = False,
 ) -> Tensor:
     """Continues ``prompt`` ``(batch, prompt_len)``; returns ``(batch, prompt_len + new)`` token ids.
 
@@ -140,12 +143,37 @@ def generate(
     (:func:`generate_batch` makes it): the model then gets the padding as ``key_padding_mask`` and
     each row's own positions (``positions``, its first real token at 0), so every row decodes as it
     would alone. The model must take both keywords (``CausalLM`` does).
+
+    ``num_beams > 1`` runs :func:`~multimodal.beam_search.beam_search` (with ``length_penalty``,
+    ``early_stopping`` and ``eos_id``) and returns each prompt's best hypothesis, padded with
+    ``eos_id`` after it ends; sampling, shaping and padded prompts are not part of beam search.
     """
+    if num_beams > 1:
+        return _beam(model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id,
+                     temperature=temperature, top_k=top_k, top_p=top_p, shaping=shaping,
+                     prompt_padding=prompt_padding, use_cache=use_cache)  # fmt: skip
+    if num_beams < 1:
+        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     steps = generate_stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             eos_id=eos_id, generator=generator, use_cache=use_cache, shaping=shaping,
                             prompt_padding=prompt_padding)  # fmt: skip
     new = list(tqdm(steps, total=max_new_tokens, disable=not progress, desc="generating", unit="tok"))
     return torch.cat([prompt, torch.stack(new, dim=1)], dim=1) if new else prompt.clone()
+
+
+def _beam(model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id, **unused) -> Tensor:
+    """:func:`generate` with ``num_beams > 1``: the best beam per prompt; options beam search lacks are refused."""
+    from multimodal.beam_search import beam_search  # beam_search imports this module
+
+    defaults = {"temperature": 1.0, "top_k": None, "top_p": None, "shaping": None, "prompt_padding": None,
+                "use_cache": True}  # fmt: skip
+    changed = [name for name, value in unused.items()
+               if ((value is not None) if defaults[name] is None else value != defaults[name])]  # fmt: skip
+    if changed:
+        raise ValueError(f"num_beams > 1 is deterministic beam search; it does not take {', '.join(changed)}")
+    sequences, _ = beam_search(model, prompt, max_new_tokens, num_beams, eos_id=eos_id,
+                               length_penalty=length_penalty, early_stopping=early_stopping)  # fmt: skip
+    return sequences
 
 
 def generate_stream(

@@ -45,3 +45,19 @@ def test_beam_search_with_one_beam_is_greedy():
     prompt = torch.randint(0, 40, (3, 4))
     sequences, _ = beam_search(model, prompt, 10, 1)
     assert torch.equal(sequences, generate(model, prompt, 10, temperature=0))
+
+
+def test_generate_with_num_beams_returns_hugging_faces_best_beam(tmp_path):
+    from multimodal.generation import generate
+
+    reference = tiny_gpt2(tmp_path, seed=3)
+    model = load_gpt2(tmp_path).eval()
+    prompt = torch.randint(0, GPT2_VOCAB_SIZE - 1, (2, 5), generator=torch.Generator().manual_seed(2))
+    expected = reference.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, num_beams=3,
+                                  length_penalty=0.5, do_sample=False, pad_token_id=0)  # fmt: skip
+    got = generate(model, prompt, 8, num_beams=3, length_penalty=0.5)
+    assert got.tolist() == expected.tolist()
+    with pytest.raises(ValueError, match="top_k"):
+        generate(model, prompt, 8, num_beams=3, top_k=5)
+    with pytest.raises(ValueError, match="num_beams"):
+        generate(model, prompt, 8, num_beams=0)
