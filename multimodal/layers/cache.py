@@ -6,7 +6,6 @@ costs one query against ``t + 1`` keys instead of a full forward over ``t + 1`` 
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 
@@ -44,19 +43,6 @@ class KVCache:
         self.values[..., self.length : self.length + new, :] = values
         self.length += new
         return self.keys[..., : self.length, :], self.values[..., : self.length, :]
-
-    def reorder(self, index: Tensor, moved: Tensor | None = None) -> None:
-        """Keeps batch rows ``index`` ``(new_batch,)``; ``moved`` (rows where ``index[i] != i``) limits the copy."""
-        if self.keys is None:
-            return
-        if moved is None or index.shape[0] != self.keys.shape[0]:
-            self.keys = self.keys.index_select(0, index)
-            self.values = self.values.index_select(0, index)
-            return
-        if moved.numel():
-            cached = slice(0, self.length)
-            self.keys[moved, :, cached] = self.keys[index[moved], :, cached]  # the right side is a copy
-            self.values[moved, :, cached] = self.values[index[moved], :, cached]
 
     def truncate(self, position: int) -> None:
         """Forgets the positions from ``position`` on (speculative decoding rolls back rejected tokens)."""
@@ -120,16 +106,10 @@ class DecodingState:
         self.position = position
 
     def reorder(self, index: Tensor) -> None:
-        """Keeps batch rows ``index`` (beam search, dropping finished samples).
-
-        A permutation-like ``index`` (as many rows as before: beam search) copies only the rows that
-        change, and only their cached positions, in place; most beams keep their own row from one
-        step to the next, and the buffers' spare capacity is never copied.
-        """
-        moved = None
-        if any(cache.keys is not None and cache.keys.shape[0] == index.shape[0] for cache in self.layers):
-            moved = torch.nonzero(index != torch.arange(index.shape[0], device=index.device)).squeeze(1)
+        """Keeps batch rows ``index`` (beam search, dropping finished samples)."""
         for cache in self.layers:
-            cache.reorder(index, moved)
+            if cache.keys is not None:
+                cache.keys = cache.keys.index_select(0, index)
+                cache.values = cache.values.index_select(0, index)
         self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
                       for kv in self.cross]  # fmt: skip
