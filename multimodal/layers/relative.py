@@ -279,9 +279,13 @@ def _block_probs(q_scaled, k, table, key_padding_mask, block: _Block, settings: 
 
 
 def _block_bias(q_scaled, table, key_padding_mask, block: _Block, settings: _Settings) -> Tensor:
-    """Relative logits of one query block with masks applied, contiguous ``(b, h, block, keys)``."""
+    """Relative logits of one query block with masks applied ``(b, h, block, keys)``: the skewed view of the band.
+
+    SDPA's fused kernel reads the mask through its row stride, so the view goes in as it is: no
+    copy of the ``(b, h, block, keys)`` logits (at 2048 tokens that copy was a sixth of the forward).
+    """
     band, _ = _band(q_scaled[..., block.rows, :], table, block, settings)
-    bias = _skew(band, block.num_keys).contiguous()
+    bias = _skew(band, block.num_keys)
     _mask_(bias, key_padding_mask, block, settings)
     return bias
 
