@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -36,6 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import load, record, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("relative", "learned", "lstm")
@@ -59,7 +63,7 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="print the tables of --out and stop")
     args = parser.parse_args()
     if args.table:
-        print(tables([json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]))
+        print(tables(load(args.out)))
         return
     torch.set_num_threads(2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -186,11 +190,6 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min((step - warmup) / max(total - warmup, 1), 1.0)))
 
 
-def record(path: Path, result: dict, stage: str) -> None:
-    with path.open("a") as file:
-        file.write(json.dumps({**result, "stage": stage}) + "\n")
-
-
 def tables(results: list[dict]) -> str:
     """The selection table (validation, one seed) and the report (mean ± sd over seeds, test once)."""
     lines = ["Learning-rate selection on the validation pieces (seed 0):", "",
@@ -207,9 +206,9 @@ def tables(results: list[dict]) -> str:
         for name in dict.fromkeys(r["model"] for r in rows):
             group = [r for r in rows if r["model"] == name]
             lines.append(f"| {name} | {group[0]['lr']:g} | {group[0]['parameters'] / 1e6:.2f} M | "
-                         f"{_spread([r['steps'] for r in group], 0)} | {_spread([r['train_seconds'] for r in group], 0)} | "
-                         f"{len(group)} | {_spread([_val(r) for r in group])} | "
-                         f"{_spread([r['test_nll'] for r in group])} |")  # fmt: skip
+                         f"{spread([r['steps'] for r in group], 0)} | {spread([r['train_seconds'] for r in group], 0)} | "
+                         f"{len(group)} | {spread([_val(r) for r in group])} | "
+                         f"{spread([r['test_nll'] for r in group])} |")  # fmt: skip
     report = [r for r in results if r["stage"] == "report"]
     if report:
         mean = {name: statistics.fmean(r["test_nll"] for r in report if r["model"] == name)
@@ -226,14 +225,5 @@ def _val(result: dict) -> float:
     return result["val_nll"] if "val_nll" in result else result["validation_nll"]
 
 
-def _spread(values: list[float], digits: int = 4) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 if __name__ == "__main__":
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

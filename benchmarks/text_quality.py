@@ -4,17 +4,20 @@ Both models learn the built-in corpus (the Python standard library, split by mod
 byte-level BPE (``stdlib_tokenizer(--vocab-size)``), the same random training windows in the same
 order, AdamW with linear warm-up and cosine decay to 10 %, gradient clipping at 1.0, and the same
 number of steps. Both tie the output layer to the input embedding. The LSTM's hidden size is
-chosen so its parameter count matches the Transformer's (within 1 %). Validation perplexity is
-measured on the first ``--val-windows`` non-overlapping ``seq_len`` windows of the validation
-modules, each window starting from an empty context (zero LSTM state) for both models.
+chosen so its parameter count matches the Transformer's (within 1 %). Perplexity is measured on
+the first ``--eval-windows`` non-overlapping ``seq_len`` windows of the held-out modules, each
+window starting from an empty context (zero LSTM state) for both models.
+
+Protocol (``benchmarks/protocol.py``): ``--stage select`` tries learning rates with one seed and
+scores the **validation** modules only; ``--stage report`` runs the chosen rate of each model with
+``--seeds`` and scores validation and, once, the **test** modules; the table gives mean ± sd and
+the test-perplexity ratio per seed. Each run appends a JSON line to ``--out``.
 
 Usage::
 
-    python benchmarks/text_quality.py --threads 1            # the headline table of docs/benchmarks.md
-    python benchmarks/text_quality.py --position learned --lstm-lr 6e-3 1e-2    # learned positions
-    python benchmarks/text_quality.py --steps 300 --transformer-lr 1e-3 2e-3 4e-3 8e-3 --position learned
-    python benchmarks/text_quality.py --models lstm --lstm-lr 3e-3 1e-2   # a learning-rate sweep
-    python benchmarks/text_quality.py --seed 1                # another initialisation and data order
+    python benchmarks/text_quality.py --stage select --steps 300 --transformer-lr 1e-3 2e-3 4e-3 8e-3
+    python benchmarks/text_quality.py --stage report --transformer-lr 4e-3 --lstm-lr 1e-2 --threads 1
+    python benchmarks/text_quality.py --table
 """
 
 from __future__ import annotations
@@ -22,21 +25,30 @@ from __future__ import annotations
 import argparse
 import math
 import platform
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import load, record, spread, verdict
+
 from multimodal.data.text import stdlib_datasets
 from multimodal.models import CausalLM, CausalLMConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = 0.85  # Transformer test perplexity / LSTM test perplexity
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--stage", choices=["select", "report"], default="select")
     parser.add_argument(
         "--models", nargs="+", default=["transformer", "lstm"], choices=["transformer", "lstm"]
     )
@@ -51,59 +63,81 @@ def main() -> None:
     parser.add_argument("--transformer-lr", type=float, nargs="+", default=[4e-3])
     parser.add_argument("--lstm-lr", type=float, nargs="+", default=[6e-3, 1e-2, 1.4e-2])
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--val-windows", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-windows", type=int, default=200, help="held-out windows scored per split")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="select: one; report: 3 or more")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "text_quality.jsonl")
+    parser.add_argument("--table", action="store_true", help="print the tables of --out and stop")
     args = parser.parse_args()
+    if args.table:
+        print(tables(load(args.out)))
+        return
+    if args.stage == "report" and (len(args.transformer_lr) > 1 or len(args.lstm_lr) > 1):
+        parser.error("--stage report: give one learning rate per model, as chosen by --stage select")
     if args.threads:
         torch.set_num_threads(args.threads)
-    train, val, _ = stdlib_datasets(
-        args.seq_len, args.vocab_size, num_samples=args.steps * args.batch_size, seed=args.seed
-    )
-    vocab_size = train.vocab_size
-    transformer_params = count(transformer(vocab_size, args))
-    hidden = lstm_hidden_for(transformer_params, vocab_size, args.dim, args.lstm_layers)
+    splits = ("val",) if args.stage == "select" else ("val", "test")
     machine = platform.processor() or platform.machine()
-    print(f"# {machine}, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    print(f"# stdlib corpus, BPE vocab {vocab_size}, seq {args.seq_len}, batch {args.batch_size}, "
-          f"{args.steps} steps, warm-up {args.warmup}; validation: {args.val_windows} windows = "
-          f"{args.val_windows * args.seq_len} tokens\n")  # fmt: skip
-    rows = []
-    for name in args.models:
-        for lr in args.transformer_lr if name == "transformer" else args.lstm_lr:
-            torch.manual_seed(args.seed)
-            model = transformer(vocab_size, args) if name == "transformer" else LSTMLanguageModel(
-                vocab_size, args.dim, hidden, args.lstm_layers)  # fmt: skip
-            start = time.perf_counter()
-            curve = train_model(model, train, args.batch_size, args.steps, lr, args.warmup)
-            minutes = (time.perf_counter() - start) / 60
-            nll = validation_nll(model, val, args.val_windows, args.batch_size)
-            detail = (
-                f"{args.layers} x {args.dim}, {args.position}"
-                if name == "transformer"
-                else f"{args.lstm_layers} x hidden {hidden}"
-            )
-            rows.append((name, detail, count(model), lr, curve, nll, minutes))
-            print(f"{name} lr {lr:g}: val ppl {math.exp(nll):.2f} ({minutes:.1f} min)", flush=True)
+    print(f"# {machine}, {torch.get_num_threads()} threads, torch {torch.__version__}; stage {args.stage}, "
+          f"scored on {' and '.join(splits)}")  # fmt: skip
+    for seed in args.seeds:
+        train, val, test = stdlib_datasets(
+            args.seq_len, args.vocab_size, num_samples=args.steps * args.batch_size, seed=seed
+        )
+        held_out = {"val": val, "test": test}
+        vocab_size = train.vocab_size
+        hidden = lstm_hidden_for(count(transformer(vocab_size, args)), vocab_size, args.dim, args.lstm_layers)
+        for name in args.models:
+            for lr in args.transformer_lr if name == "transformer" else args.lstm_lr:
+                torch.manual_seed(seed)
+                model = transformer(vocab_size, args) if name == "transformer" else LSTMLanguageModel(
+                    vocab_size, args.dim, hidden, args.lstm_layers)  # fmt: skip
+                start = time.perf_counter()
+                curve = train_model(model, train, args.batch_size, args.steps, lr, args.warmup)
+                minutes = (time.perf_counter() - start) / 60
+                detail = (
+                    f"{args.layers} x {args.dim}, {args.position}"
+                    if name == "transformer"
+                    else f"{args.lstm_layers} x hidden {hidden}"
+                )
+                tail = curve[-max(args.steps // 10, 1) :]
+                result = {"model": name, "detail": detail, "parameters": count(model), "lr": lr, "seed": seed,
+                          "steps": args.steps, "train_loss": sum(tail) / len(tail), "minutes": minutes}  # fmt: skip
+                for split in splits:
+                    result[f"{split}_nll"] = validation_nll(model, held_out[split], args.eval_windows, args.batch_size)
+                record(args.out, result, args.stage)
+                scores = ", ".join(f"{split} ppl {math.exp(result[f'{split}_nll']):.2f}" for split in splits)
+                print(f"{name} lr {lr:g} seed {seed}: {scores} ({minutes:.1f} min)", flush=True)
     print()
-    print(table(rows, args.steps))
+    print(tables(load(args.out)))
 
 
-def table(rows: list, steps: int) -> str:
-    best = {}
-    for name, *_, nll, _ in rows:
-        best[name] = min(best.get(name, math.inf), nll)
-    lines = [
-        "| model | size | parameters | lr | train loss (last 10 % of steps) | val NLL | val ppl | minutes |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, detail, params, lr, curve, nll, minutes in rows:
-        tail = curve[-max(steps // 10, 1) :]
-        lines.append(f"| {name} | {detail} | {params:,} | {lr:g} | {sum(tail) / len(tail):.3f} | {nll:.3f} | "
-                     f"{math.exp(nll):.2f} | {minutes:.1f} |")  # fmt: skip
-    if {"transformer", "lstm"} <= best.keys():
-        ratio = math.exp(best["transformer"]) / math.exp(best["lstm"])
-        lines.append(f"\nbest Transformer ppl / best LSTM ppl = {ratio:.3f} (target <= 0.9)")
+def tables(results: list[dict]) -> str:
+    """The selection table (validation) and the report (mean ± sd over seeds, test once)."""
+    lines = ["Selection (validation modules):", "",
+             "| model | size | parameters | steps | lr | seed | train loss (last 10 %) | val ppl |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in (r for r in results if r["stage"] == "select"):
+        lines.append(f"| {r['model']} | {r['detail']} | {r['parameters']:,} | {r['steps']} | {r['lr']:g} | "
+                     f"{r['seed']} | {r['train_loss']:.3f} | {math.exp(r['val_nll']):.2f} |")  # fmt: skip
+    report = [r for r in results if r["stage"] == "report"]
+    if not report:
+        return "\n".join(lines)
+    lines += ["", "Report (chosen rates; mean ± sd over seeds):", "",
+              "| model | size | parameters | steps | lr | seeds | minutes | val ppl | test ppl |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for name in dict.fromkeys(r["model"] for r in report):
+        group = [r for r in report if r["model"] == name]
+        lines.append(f"| {name} | {group[0]['detail']} | {group[0]['parameters']:,} | {group[0]['steps']} | "
+                     f"{group[0]['lr']:g} | {len(group)} | {spread([r['minutes'] for r in group], 1)} | "
+                     f"{spread([math.exp(r['val_nll']) for r in group], 2)} | "
+                     f"{spread([math.exp(r['test_nll']) for r in group], 2)} |")  # fmt: skip
+    by_seed = {(r["model"], r["seed"]): r["test_nll"] for r in report}
+    ratios = [math.exp(by_seed["transformer", seed] - by_seed["lstm", seed])
+              for (name, seed) in by_seed if name == "transformer" and ("lstm", seed) in by_seed]  # fmt: skip
+    if ratios:
+        lines.append(f"\nTransformer / LSTM test perplexity, per seed: {spread(ratios, 3)} over {len(ratios)} seeds; "
+                     f"target <= {TARGET}: {verdict(ratios, TARGET)}")  # fmt: skip
     return "\n".join(lines)
 
 
