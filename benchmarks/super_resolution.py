@@ -1,97 +1,236 @@
-"""Super-resolution learning quality: PSNR / SSIM on the held-out skimage photos, ours vs bicubic.
+"""Super-resolution learning quality on whole held-out photos: ours vs an equal-size CNN vs bicubic.
 
-Trains the regression model of ``configs/super_resolution.yaml`` on random crops of the training
-photos for ``--epochs`` epochs, then upscales each *whole* held-out photo (chelsea, camera, gravel;
-never seen in training) with the tiled :func:`multimodal.images.upscale` and scores it against the
-original, next to bicubic upsampling of the same low-resolution input. Metrics: RGB in ``[0, 1]``,
-whole image, no border shave (torchmetrics). Target: ours >= bicubic + 1.0 dB PSNR. A side-by-side
-crop (bicubic | ours | original) is written to ``--picture``.
+Trains a model for ``--epochs`` epochs on random crops of the training photos (the task of
+``configs/super_resolution.yaml``: L1, AdamW, warm-up and cosine), then upscales each *whole*
+held-out photo with the tiled :func:`multimodal.images.upscale` and scores it against the original,
+next to bicubic upsampling (PIL's, the MATLAB kernel) of the same low-resolution input. Models:
 
-Usage (as in docs/benchmarks.md; about 9 minutes on one thread)::
+    transformer  the config's model (3x3 stem, local 2D attention encoder, pixel shuffle, + bicubic)
+    cnn          an ESPCN/VDSR-style plain CNN (3x3 convolutions and ReLUs, pixel shuffle, + bicubic)
+                 whose width is chosen to match the Transformer's parameter count, trained by the
+                 same task, data, steps and optimizer
 
-    flock /tmp/bench.lock .venv/bin/python benchmarks/super_resolution.py
+Splits (``benchmarks/protocol.py``): ``val`` = chelsea, camera, gravel (they chose the stem and the
+recipe); ``test`` = moon, motorcycle, page (``SKIMAGE_TEST_PHOTOS``, used for no choice), scored only
+with ``--stage report``. Scores per photo: PSNR on RGB in ``[0, 1]`` over the whole image
+(torchmetrics) and PSNR on the luma channel with ``scale`` pixels shaved at each border, as SR
+papers report (:func:`multimodal.sr_metrics.psnr_y`); the table gives each split's mean gain over
+bicubic, mean ± sd over seeds. Each run appends a JSON line to ``--out``.
+
+Usage (about 9 minutes a Transformer run and 4 a CNN run on one thread)::
+
+    .venv/bin/python benchmarks/super_resolution.py --stage report --models transformer --seeds 0 1 2 &
+    .venv/bin/python benchmarks/super_resolution.py --stage report --models cnn --seeds 0 1 2
+    .venv/bin/python benchmarks/super_resolution.py --table
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytorch_lightning as pl
 import torch
 import yaml
+from torch import Tensor, nn
 from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
 
-from multimodal.data.images import SKIMAGE_HELD_OUT_PHOTOS, bicubic_downsample, skimage_photos
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import load, record, spread, verdict
+
+from multimodal.data.images import (
+    SKIMAGE_HELD_OUT_PHOTOS,
+    SKIMAGE_TEST_PHOTOS,
+    bicubic_downsample,
+    skimage_photos,
+)
 from multimodal.images import upscale
 from multimodal.models.config import SuperResolutionConfig
 from multimodal.models.super_resolution import bicubic_upsample
+from multimodal.sr_metrics import psnr_y
 from multimodal.viz import side_by_side_png
 from tasks.datamodules import SuperResolutionDataModule
 from tasks.super_resolution import SuperResolution, _to_tensor
 
 ROOT = Path(__file__).resolve().parents[1]
+SPLITS = {"val": SKIMAGE_HELD_OUT_PHOTOS, "test": SKIMAGE_TEST_PHOTOS}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--stage", choices=["select", "report"], default="select")
+    parser.add_argument("--models", nargs="+", default=["transformer"], choices=["transformer", "cnn"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--config", type=Path, default=ROOT / "configs/super_resolution.yaml")
     parser.add_argument("--epochs", type=int, default=50)
     parser.add_argument("--scale", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--picture", type=Path, default=ROOT / "docs/images/super_resolution_x2.png")
+    parser.add_argument("--picture", type=Path, default=None, help="bicubic | ours | original crop of chelsea")
     parser.add_argument("--set", nargs="*", default=[], help="model overrides, e.g. dim=96 num_layers=6")
     parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "super_resolution.jsonl")
+    parser.add_argument("--table", action="store_true", help="print the tables of --out and stop")
     args = parser.parse_args()
+    if args.table:
+        print(tables(load(args.out)))
+        return
     torch.set_num_threads(args.threads)
-    pl.seed_everything(0, verbose=False)
-
     config = yaml.safe_load(args.config.read_text())
-    data = SuperResolutionDataModule(**{**config["data"]["init_args"], "scale": args.scale})
-    task = build_task(config, data, args.set, args.lr)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as folder:
-        trainer = pl.Trainer(max_epochs=args.epochs, logger=False, callbacks=[_Progress()], gradient_clip_val=1.0, default_root_dir=folder,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-        trainer.fit(task, data)
-    seconds = time.perf_counter() - started
+    splits = ["val"] if args.stage == "select" else ["val", "test"]
+    for seed in args.seeds:
+        for name in args.models:
+            pl.seed_everything(seed, verbose=False)
+            data = SuperResolutionDataModule(**{**config["data"]["init_args"], "scale": args.scale, "seed": seed})
+            task = build_task(config, data, args.set, args.lr)
+            if name == "cnn":
+                task.model = PlainCNN.matching(sum(p.numel() for p in task.model.parameters()), data)
+            started = time.perf_counter()
+            with tempfile.TemporaryDirectory() as folder:
+                trainer = pl.Trainer(max_epochs=args.epochs, logger=False, callbacks=[_Progress()], gradient_clip_val=1.0,
+                                     default_root_dir=folder, enable_checkpointing=False, enable_progress_bar=False,
+                                     enable_model_summary=False)  # fmt: skip
+                trainer.fit(task, data)
+            result = {"model": name, "seed": seed, "epochs": args.epochs, "minutes": (time.perf_counter() - started) / 60,
+                      "parameters": sum(p.numel() for p in task.model.parameters()), "overrides": args.set}  # fmt: skip
+            for split in splits:
+                result[split] = score(task.model.eval(), SPLITS[split], data.channels, args.scale)
+                mean = {key: sum(photo[key] for photo in result[split]) / len(result[split])
+                        for key in ("gain_rgb", "gain_y")}  # fmt: skip
+                print(f"{name} seed {seed} {split}: gain RGB {mean['gain_rgb']:+.2f} dB, Y {mean['gain_y']:+.2f} dB",
+                      flush=True)  # fmt: skip
+            record(args.out, result, args.stage)
+            if args.picture and seed == args.seeds[0]:
+                picture(task.model, data.channels, args.scale, args.picture)
+    print(tables(load(args.out)))
 
-    rows, crops = [], []
-    model = task.model.eval()
-    for name, photo in zip(SKIMAGE_HELD_OUT_PHOTOS, skimage_photos(SKIMAGE_HELD_OUT_PHOTOS), strict=True):
-        original = _to_tensor(photo.convert("RGB" if data.channels == 3 else "L"))
-        height, width = (side // args.scale * args.scale for side in original.shape[-2:])
-        original = original[:, :height, :width]
-        low_res = bicubic_downsample(original, args.scale)
-        started_photo = time.perf_counter()
+
+def score(model: nn.Module, names: tuple[str, ...], channels: int, scale: int) -> list[dict]:
+    """Per photo: PSNR (RGB, whole image) and PSNR-Y (border ``scale`` shaved) of ours and bicubic, SSIM."""
+    rows = []
+    for name, photo in zip(names, skimage_photos(names), strict=True):
+        original, low_res = _pair(photo, channels, scale)
+        with torch.no_grad():
+            ours = upscale(model, low_res)
+        bicubic = bicubic_upsample(low_res[None], scale)[0]
+        row = {"photo": name, "size": f"{original.shape[-1]}x{original.shape[-2]}"}
+        for label, image in (("bicubic", bicubic), ("ours", ours)):
+            row[f"{label}_psnr"] = peak_signal_noise_ratio(image[None], original[None], data_range=1.0).item()
+            row[f"{label}_psnr_y"] = psnr_y(image, original, border=scale).item()
+            row[f"{label}_ssim"] = structural_similarity_index_measure(image[None], original[None], data_range=1.0).item()
+        row["gain_rgb"] = row["ours_psnr"] - row["bicubic_psnr"]
+        row["gain_y"] = row["ours_psnr_y"] - row["bicubic_psnr_y"]
+        rows.append(row)
+    return rows
+
+
+def _pair(photo, channels: int, scale: int) -> tuple[Tensor, Tensor]:
+    original = _to_tensor(photo.convert("RGB" if channels == 3 else "L"))
+    height, width = (side // scale * scale for side in original.shape[-2:])
+    original = original[:, :height, :width]
+    return original, bicubic_downsample(original, scale)
+
+
+def picture(model: nn.Module, channels: int, scale: int, path: Path) -> None:
+    """Bicubic | ours | original on a crop of the validation photo chelsea (the cat's face)."""
+    original, low_res = _pair(skimage_photos(["chelsea"])[0], channels, scale)
+    with torch.no_grad():
         ours = upscale(model, low_res)
-        upscale_seconds = time.perf_counter() - started_photo
-        bicubic = bicubic_upsample(low_res[None], args.scale)[0]
-        scores = [_scores(image, original) for image in (bicubic, ours)]
-        rows.append((name, f"{width}x{height}", *scores, upscale_seconds))
-        crops.append((bicubic, ours, original))
-
-    print(f"\nsuper-resolution x{args.scale}, held-out skimage photos (whole images, RGB, no border shave); "
-          f"trained {args.epochs} epochs in {seconds / 60:.1f} min on {args.threads} threads, "
-          f"{sum(p.numel() for p in model.parameters()) / 1e3:.0f} k parameters\n")  # fmt: skip
-    print("| photo | size | bicubic PSNR | ours PSNR | gain | bicubic SSIM | ours SSIM | upscale time |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, size, (psnr_b, ssim_b), (psnr_o, ssim_o), upscale_seconds in rows:
-        print(f"| {name} | {size} | {psnr_b:.2f} dB | {psnr_o:.2f} dB | {psnr_o - psnr_b:+.2f} dB | "
-              f"{ssim_b:.4f} | {ssim_o:.4f} | {upscale_seconds:.1f} s |")  # fmt: skip
-    mean = [sum(row[i][j] for row in rows) / len(rows) for i in (2, 3) for j in (0, 1)]
-    print(f"| **mean** | | {mean[0]:.2f} dB | {mean[2]:.2f} dB | **{mean[2] - mean[0]:+.2f} dB** | "
-          f"{mean[1]:.4f} | {mean[3]:.4f} | |")  # fmt: skip
-    print(f"\ntarget ours >= bicubic + 1.0 dB: {'met' if mean[2] - mean[0] >= 1.0 else 'NOT met'}")
-    bicubic, ours, original = crops[0]  # chelsea: the cat's face
+    bicubic = bicubic_upsample(low_res[None], scale)[0]
     window = (slice(None), slice(60, 160), slice(150, 270))
     side_by_side_png([("bicubic", bicubic[window]), ("ours", ours[window]), ("original", original[window])],
-                     args.picture, pixel_scale=2)  # fmt: skip
-    print(f"picture: {args.picture}")
+                     path, pixel_scale=2)  # fmt: skip
+    print(f"picture: {path}")
+
+
+def tables(results: list[dict]) -> str:
+    """Per stage and split: mean gain over bicubic (RGB and Y), mean ± sd over seeds; the Transformer-vs-CNN verdict."""
+    lines = []
+    for stage in ("select", "report"):
+        rows = [r for r in results if r["stage"] == stage]
+        if not rows:
+            continue
+        splits = ["val"] if stage == "select" else ["val", "test"]
+        lines += [f"{stage}: mean over each split's photos of ours minus bicubic; mean ± sd over seeds", "",
+                  "| model | parameters | overrides | seeds | minutes | " + " | ".join(
+                      f"{s} gain RGB | {s} gain Y (PSNR-Y) | {s} SSIM" for s in splits) + " |",
+                  "|---|---:|---|---:|---:|" + "---:|" * 3 * len(splits)]  # fmt: skip
+        groups: dict[tuple, list[dict]] = {}
+        for r in rows:
+            groups.setdefault((r["model"], " ".join(r.get("overrides", []))), []).append(r)
+        for (model, overrides), group in groups.items():
+            cells = []
+            for split in splits:
+                for key in ("gain_rgb", "gain_y", "ours_ssim"):
+                    values = [sum(photo[key] for photo in r[split]) / len(r[split]) for r in group]
+                    cells.append(spread(values, 2 if key != "ours_ssim" else 4))
+            lines.append(f"| {model} | {group[0]['parameters']:,} | {overrides or '-'} | {len(group)} | "
+                         f"{spread([r['minutes'] for r in group], 1)} | " + " | ".join(cells) + " |")  # fmt: skip
+        if stage == "report":
+            by_seed = {(r["model"], r["seed"]): r for r in rows if not r.get("overrides")}
+            gaps = [_mean_gain(by_seed["transformer", seed]["test"]) - _mean_gain(by_seed["cnn", seed]["test"])
+                    for (model, seed) in by_seed if model == "transformer" and ("cnn", seed) in by_seed]  # fmt: skip
+            if gaps:
+                lines.append(f"\nTransformer minus CNN, test gain RGB per seed: {spread(gaps, 2)} dB; "
+                             f"Transformer >= CNN: {verdict(gaps, 0.0, lower_is_better=False)}")  # fmt: skip
+        lines.append("")
+    photos = [r for r in results if r["stage"] == "report"][:1]
+    for r in photos:
+        lines += [f"per photo ({r['model']}, seed {r['seed']}):", "",
+                  "| split | photo | size | bicubic PSNR | ours PSNR | bicubic PSNR-Y | ours PSNR-Y | ours SSIM |",
+                  "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for split in ("val", "test"):
+            for photo in r[split]:
+                lines.append(f"| {split} | {photo['photo']} | {photo['size']} | {photo['bicubic_psnr']:.2f} | "
+                             f"{photo['ours_psnr']:.2f} | {photo['bicubic_psnr_y']:.2f} | {photo['ours_psnr_y']:.2f} | "
+                             f"{photo['ours_ssim']:.4f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _mean_gain(photos: list[dict]) -> float:
+    return sum(photo["gain_rgb"] for photo in photos) / len(photos)
+
+
+class PlainCNN(nn.Module):
+    """The CNN baseline: ``depth`` 3x3 convolutions with ReLUs at low resolution, pixel shuffle, plus bicubic.
+
+    ESPCN's sub-pixel output with VDSR's residual over bicubic upsampling; input ``(batch, channels,
+    h, w)``, output ``(batch, channels, h * scale, w * scale)``. It carries what :func:`upscale`
+    reads from our models: ``config`` (``scale``, ``crop_size``), ``alignment`` and ``receptive_radius``.
+    """
+
+    def __init__(self, channels: int, width: int, scale: int, crop_size: int, depth: int = 6) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for index in range(depth - 1):
+            layers += [nn.Conv2d(channels if index == 0 else width, width, 3, padding=1), nn.ReLU()]
+        layers += [nn.Conv2d(width, channels * scale**2, 3, padding=1), nn.PixelShuffle(scale)]
+        self.body = nn.Sequential(*layers)
+        self.config = SimpleNamespace(scale=scale, crop_size=crop_size, channels=channels)
+        self.alignment = (1, 1)
+        self.receptive_radius = depth
+
+    def forward(self, low_res: Tensor) -> Tensor:
+        """``low_res (batch, channels, h, w)`` in [0, 1] -> ``(batch, channels, h * scale, w * scale)``."""
+        return bicubic_upsample(low_res, self.config.scale) + self.body(low_res)
+
+    @classmethod
+    def matching(cls, parameters: int, data: SuperResolutionDataModule) -> PlainCNN:
+        """The width whose model has the parameter count closest to ``parameters``."""
+        def build(width: int) -> PlainCNN:
+            return cls(data.channels, width, data.scale, data.crop_size)
+
+        width = min(range(8, 257), key=lambda w: abs(_count(build(w)) - parameters))
+        return build(width)
+
+
+def _count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 def build_task(config: dict, data: SuperResolutionDataModule, overrides: list[str], lr: float | None):
@@ -108,12 +247,6 @@ def build_task(config: dict, data: SuperResolutionDataModule, overrides: list[st
         optimizer=lambda params: torch.optim.AdamW(params, **optimizer_args),
         warmup_steps=init["warmup_steps"],
     )
-
-
-def _scores(image: torch.Tensor, original: torch.Tensor) -> tuple[float, float]:
-    psnr = peak_signal_noise_ratio(image[None], original[None], data_range=1.0).item()
-    ssim = structural_similarity_index_measure(image[None], original[None], data_range=1.0).item()
-    return psnr, ssim
 
 
 class _Progress(pl.Callback):

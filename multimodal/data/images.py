@@ -40,6 +40,7 @@ from multimodal.data.fetch import HOW_TO_GET, DatasetNotFoundError, default_cach
 from multimodal.data.image_folder import ImageFolder
 from multimodal.data.super_resolution import (
     SKIMAGE_HELD_OUT_PHOTOS,
+    SKIMAGE_TEST_PHOTOS,
     SKIMAGE_TRAIN_PHOTOS,
     SuperResolutionCrops,
     bicubic_downsample,
@@ -51,6 +52,7 @@ from multimodal.tokenizers.image import pixels_to_tokens
 __all__ = [
     "DIGITS_SPLIT_SIZES",
     "SKIMAGE_HELD_OUT_PHOTOS",
+    "SKIMAGE_TEST_PHOTOS",
     "SKIMAGE_TRAIN_PHOTOS",
     "DatasetNotFoundError",
     "ImageClassificationDataset",

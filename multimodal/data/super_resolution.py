@@ -42,6 +42,12 @@ SKIMAGE_HELD_OUT_PHOTOS = ("chelsea", "camera", "gravel")
 """``skimage.data`` photos kept for validation (1 RGB, 2 greyscale). ``cat`` is the same photo as
 ``chelsea`` and is used nowhere."""
 
+SKIMAGE_TEST_PHOTOS = ("moon", "motorcycle", "page")
+"""``skimage.data`` photos for the super-resolution benchmark's test split, used for no choice: the
+moon (greyscale), the left view of ``stereo_motorcycle`` (RGB) and a scanned page (greyscale text)."""
+
+_SKIMAGE_LOADERS = {"motorcycle": lambda data: data.stereo_motorcycle()[0]}
+
 
 @dataclass
 class _Photo:
@@ -173,13 +179,14 @@ def skimage_photos(names: Sequence[str]) -> list[Image.Image]:
     """Loads ``skimage.data`` photos by name as PIL images ("L" or "RGB"), all bundled (no network).
 
     Args:
-        names: e.g. :data:`SKIMAGE_TRAIN_PHOTOS` or :data:`SKIMAGE_HELD_OUT_PHOTOS`.
+        names: e.g. :data:`SKIMAGE_TRAIN_PHOTOS`, :data:`SKIMAGE_HELD_OUT_PHOTOS` or :data:`SKIMAGE_TEST_PHOTOS`.
     """
     from skimage import data
 
     photos = []
     for name in names:
-        image = Image.fromarray(getattr(data, name)())
+        load = _SKIMAGE_LOADERS.get(name, lambda data, name=name: getattr(data, name)())
+        image = Image.fromarray(load(data))
         image.filename = name  # names the photo in warnings
         photos.append(image)
     return photos

@@ -22,8 +22,10 @@ from multimodal.data.images import (
 )
 from multimodal.data.super_resolution import (
     SKIMAGE_HELD_OUT_PHOTOS,
+    SKIMAGE_TEST_PHOTOS,
     SKIMAGE_TRAIN_PHOTOS,
     SuperResolutionCrops,
+    skimage_photos,
     super_resolution_dataset,
 )
 from multimodal.tokenizers.image import PixelTokenizer
@@ -306,6 +308,12 @@ def test_sr_held_out_photos_are_disjoint_from_training_photos():
     for name in SKIMAGE_HELD_OUT_PHOTOS:
         held_out = getattr(data, name)()
         assert not any(p.shape == held_out.shape and np.array_equal(p, held_out) for p in train), name
+    # the benchmark's test photos: in neither split, and different pictures from every one of them
+    assert not set(SKIMAGE_TEST_PHOTOS) & (set(SKIMAGE_TRAIN_PHOTOS) | set(SKIMAGE_HELD_OUT_PHOTOS))
+    seen = train + [getattr(data, name)() for name in SKIMAGE_HELD_OUT_PHOTOS]
+    for name, photo in zip(SKIMAGE_TEST_PHOTOS, skimage_photos(SKIMAGE_TEST_PHOTOS), strict=True):
+        pixels = np.asarray(photo)
+        assert not any(p.shape == pixels.shape and np.array_equal(p, pixels) for p in seen), name
 
 
 def test_sr_rejects_crop_not_divisible_by_scale():
