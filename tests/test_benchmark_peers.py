@@ -41,3 +41,39 @@ def test_music_quality_lstm_matches_the_transformer():
     args = argparse.Namespace(dim=32, num_layers=2, lstm_layers=2, seq_len=64)
     transformer, lstm = (_count(music_quality.build(name, 100, args)) for name in ("relative", "lstm"))
     assert abs(transformer - lstm) / transformer < 0.02
+
+
+def test_image_generation_pixelcnn_is_causal_and_of_the_transformers_size():
+    import torch
+    import yaml
+
+    import image_generation
+
+    config = yaml.safe_load((BENCHMARKS.parent / "configs" / "image_generation.yaml").read_text())
+    from tasks.datamodules import ImageGenerationDataModule
+
+    data = ImageGenerationDataModule("digits", batch_size=4)
+    transformer = _count(image_generation.build_task(config, data, [], None).model)
+    model = image_generation.PixelCNN.matching(transformer, num_levels=17).eval()
+    assert abs(_count(model) - transformer) / transformer < 0.01
+    # The logits of pixel p depend on the pixels before p in raster order, never on p or later ones.
+    torch.manual_seed(0)
+    levels = torch.randint(0, 17, (1, 1, 8, 8))
+    base = model(levels)
+    for position in (0, 13, 40, 63):
+        changed = levels.clone()
+        changed.view(-1)[position] = (changed.view(-1)[position] + 7) % 17
+        moved = (model(changed) - base).abs().sum(1).flatten()
+        assert moved[: position + 1].max() == 0 and (position == 63 or moved[position + 1 :].max() > 0)
+
+
+def test_super_resolution_cnn_matches_the_transformers_size():
+    import yaml
+
+    import super_resolution
+    from tasks.datamodules import SuperResolutionDataModule
+
+    config = yaml.safe_load((BENCHMARKS.parent / "configs" / "super_resolution.yaml").read_text())
+    data = SuperResolutionDataModule(**config["data"]["init_args"])
+    transformer = _count(super_resolution.build_task(config, data, [], None).model)
+    assert abs(_count(super_resolution.PlainCNN.matching(transformer, data)) - transformer) / transformer < 0.01
