@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from protocol import load, record, spread
+from protocol import grouped, load, record, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("relative", "learned", "lstm")
@@ -203,8 +203,7 @@ def tables(results: list[dict]) -> str:
         lines += ["", f"{title}, mean ± sd over seeds (nats per event):", "",
                   "| model | lr | params | steps | train s | seeds | validation nll | test nll |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-        for name in dict.fromkeys(r["model"] for r in rows):
-            group = [r for r in rows if r["model"] == name]
+        for name, group in grouped(rows).items():
             lines.append(f"| {name} | {group[0]['lr']:g} | {group[0]['parameters'] / 1e6:.2f} M | "
                          f"{spread([r['steps'] for r in group], 0)} | {spread([r['train_seconds'] for r in group], 0)} | "
                          f"{len(group)} | {spread([_val(r) for r in group])} | "

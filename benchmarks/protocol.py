@@ -44,3 +44,11 @@ def verdict(values: list[float], target: float, lower_is_better: bool = True) ->
     if margin > 0:
         return f"not clearly met (mean clears {target:g} by {margin:.4g}, within 1 sd = {sd:.2g})"
     return f"not met (mean misses {target:g} by {-margin:.4g}; sd {sd:.2g})"
+
+
+def grouped(rows: list[dict], key: str = "model") -> dict[str, list[dict]]:
+    """``rows`` grouped by ``row[key]``, groups in order of first appearance."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row[key], []).append(row)
+    return groups

