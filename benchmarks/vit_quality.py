@@ -3,9 +3,13 @@
 Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest):
 
 ``digits``
-    Our ViT trained with ``configs/image_classification.yaml`` (fixed stratified split, train only),
-    test accuracy of the final weights, next to scikit-learn's ``SVC(gamma=0.001)`` fitted on the
-    same training images (raw 0-16 pixel values, as in scikit-learn's digits example).
+    Our ViT trained with ``configs/image_classification.yaml`` (fixed stratified split: 1,257
+    train, 180 validation, 360 test), next to scikit-learn's ``SVC(gamma=0.001)`` fitted on the
+    same training images (raw 0-16 pixel values, as in scikit-learn's digits example). The
+    protocol of ``benchmarks/protocol.py``: ``--stage select`` trains each of ``--positions``
+    (seed 0) and scores the final weights on the **validation** images only; ``--stage report
+    --positions CHOSEN`` trains ``--seeds`` and scores validation and, once, **test**. Runs append
+    to ``--out``; ``--table`` prints both tables.
 ``fashion``
     ``configs/image_classification.yaml`` + ``configs/image_classification_fashion_mnist.yaml``: training stops at
     ``trainer.max_time`` (10 minutes), then the official 10,000 test images are classified.
@@ -25,6 +29,9 @@ not distort the timings::
     flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py            # all (about 35 min)
     flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections digits throughput
     flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections fashion --positions relative2d
+    .venv/bin/python benchmarks/vit_quality.py --sections digits --stage select --threads 1 --parallel 2
+    .venv/bin/python benchmarks/vit_quality.py --sections digits --stage report --positions relative2d \
+        --seeds 0 1 2 --threads 1 --parallel 2      # quality only: two one-thread runs side by side
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import load, record, spread, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -55,8 +65,16 @@ def main() -> None:
         "--positions", nargs="+", choices=["learned", "relative2d"], default=None,
         help="position schemes of the digits/fashion runs (default: both with 'positions', else learned)",
     )  # fmt: skip
+    parser.add_argument("--stage", choices=["select", "report"], default="report", help="digits: see above")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="digits: seeds per configuration")
+    parser.add_argument("--parallel", type=int, default=1, help="digits: training runs side by side")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "vit_digits.jsonl")
+    parser.add_argument("--table", action="store_true", help="digits: print the tables of --out and stop")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.table:
+        print(digits_protocol_tables(load(args.out)))
+        return
     if args.worker:
         # Idle OpenMP threads sleep instead of spinning: on cores shared with other jobs, spinning
         # threads made the same step 3-5x slower. Set before torch loads its OpenMP runtime.
@@ -70,7 +88,9 @@ def main() -> None:
         f"# ViT benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {args.threads} threads\n"
     )
     positions = args.positions or (["learned", "relative2d"] if "positions" in args.sections else ["learned"])
-    if "digits" in args.sections or "positions" in args.sections:
+    if "digits" in args.sections:
+        digits_protocol(positions, args)
+    elif "positions" in args.sections:
         digits_table(positions, args.threads)
     if "fashion" in args.sections or "positions" in args.sections:
         fashion_table(positions, args.threads)
@@ -93,6 +113,45 @@ def digits_table(positions: list[str], threads: int) -> None:
     for position, row in rows.items():
         print(f"| ViT, {position} positions | {row['test_acc']:.4f} | {row['fit_s']:.0f} | {row['epochs']} |")
     print()
+
+
+def digits_protocol(positions: list[str], args: argparse.Namespace) -> None:
+    """Selection on the validation images or a report over seeds (test scored once); appends to ``args.out``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if args.stage == "report" and len(positions) != 1:
+        raise SystemExit("error: --positions: --stage report takes the one scheme chosen by --stage select")
+    seeds = args.seeds[:1] if args.stage == "select" else args.seeds
+    jobs = [{**_train_job(["image_classification.yaml"], position, args.threads), "seed": seed,
+             "test": args.stage == "report"} for position in positions for seed in seeds]  # fmt: skip
+    if args.stage == "report" and not any(r["stage"] == "svc" for r in load(args.out)):
+        record(args.out, _run({"kind": "svc", "threads": args.threads}), "svc")
+    with ThreadPoolExecutor(args.parallel) as pool:
+        for job, result in zip(jobs, pool.map(_run, jobs), strict=True):
+            record(args.out, {"position": job["position"], "seed": job["seed"], **result}, args.stage)
+    print(digits_protocol_tables(load(args.out)))
+
+
+def digits_protocol_tables(results: list[dict]) -> str:
+    """The selection (validation accuracy) and report (mean ± sd, test) tables of the digits protocol."""
+    lines = ["Selection on the 180 validation images (final weights):", "",
+             "| position | seed | validation accuracy | train time (s) |", "|---|---:|---:|---:|"]  # fmt: skip
+    for r in (r for r in results if r["stage"] == "select"):
+        lines.append(f"| {r['position']} | {r['seed']} | {r['val_acc']:.4f} | {r['fit_s']:.0f} |")
+    report = [r for r in results if r["stage"] == "report"]
+    if report:
+        svc = next((r for r in results if r["stage"] == "svc"), None)
+        accuracies = [r["test_acc"] for r in report]
+        lines += ["", "Report on the 360 test images:", "",
+                  "| model | seeds | validation accuracy | test accuracy |", "|---|---:|---:|---:|"]  # fmt: skip
+        if svc:
+            lines.append(f"| scikit-learn SVC(gamma=0.001) | - | - | {svc['test_acc']:.4f} |")
+        lines.append(f"| ViT, {report[0]['position']} positions | {len(report)} | "
+                     f"{spread([r['val_acc'] for r in report])} | {spread(accuracies)} |")  # fmt: skip
+        if svc:
+            lines.append(f"\nViT >= SVC ({svc['test_acc']:.4f}): "
+                         f"{verdict(accuracies, svc['test_acc'], lower_is_better=False)}")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def fashion_table(positions: list[str], threads: int) -> None:
@@ -140,8 +199,8 @@ def _run(job: dict) -> dict:
 # --------------------------------------------------------------------------------------------------
 
 
-def train_worker(configs: list[str], position: str, threads: int) -> dict:
-    """Fits the task of ``configs`` with ``position``; test accuracy of the final weights."""
+def train_worker(configs: list[str], position: str, threads: int, seed: int | None = None, test: bool = True) -> dict:
+    """Fits the task of ``configs`` with ``position``; validation and (``test``) test accuracy of the final weights."""
     import torch
 
     torch.set_num_threads(threads)
@@ -154,6 +213,8 @@ def train_worker(configs: list[str], position: str, threads: int) -> dict:
         "--trainer.enable_model_summary=false", "--trainer.enable_checkpointing=false", "--trainer.logger=false",
         "--trainer.callbacks=[]",
     ]  # fmt: skip
+    if seed is not None:
+        args.append(f"--seed_everything={seed}")
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)  # the configs write under outputs/
         cli = MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
@@ -161,12 +222,14 @@ def train_worker(configs: list[str], position: str, threads: int) -> dict:
         start = time.perf_counter()
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
         fit_s = time.perf_counter() - start
-        test = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+        val = cli.trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+        scores = {"val_acc": val["val_acc"]}
+        if test:
+            scores["test_acc"] = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]["test_acc"]
     batches = cli.trainer.global_step
     epochs = batches / max(cli.trainer.num_training_batches, 1)
     images = batches * cli.datamodule.batch_size * cli.trainer.world_size
-    return {"test_acc": test["test_acc"], "fit_s": fit_s, "epochs": round(epochs, 2),
-            "train_images_per_s": images / fit_s}  # fmt: skip
+    return {**scores, "fit_s": fit_s, "epochs": round(epochs, 2), "train_images_per_s": images / fit_s}
 
 
 def svc_worker(threads: int) -> dict:

@@ -147,7 +147,7 @@ def test_fashion_mnist_config_builds_its_model_from_the_data(tmp_path, monkeypat
     cli = MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
     config = cli.model.config
     assert (config.num_classes, config.channels, config.image_size, config.grid_size) == (10, 1, 28, (4, 4))
-    assert config.position == "learned"  # overrides the digits config's relative2d
+    assert config.position == "learned"
     assert (cli.trainer.num_devices, type(cli.trainer.strategy).__name__) == (2, "DDPStrategy")
     assert cli.datamodule.batch_size * cli.trainer.num_devices == 128  # per process x processes
     assert cli.model.class_names[0] == "T-shirt/top" and cli.trainer.max_epochs == 100
