@@ -169,6 +169,7 @@ def digits_protocol_tables(results: list[dict]) -> str:
 
 RECIPES = {
     "shipped": [],
+    "one process": ["--trainer.devices=1", "--trainer.strategy=auto", "--data.init_args.batch_size=128"],
     "lr 1.5e-3": ["--model.init_args.optimizer.init_args.lr=0.0015"],
     "lr 7e-4": ["--model.init_args.optimizer.init_args.lr=0.0007"],
     "no label smoothing": ["--model.init_args.label_smoothing=0.0"],
