@@ -44,10 +44,9 @@ def test_music_quality_lstm_matches_the_transformer():
 
 
 def test_image_generation_pixelcnn_is_causal_and_of_the_transformers_size():
+    import image_generation
     import torch
     import yaml
-
-    import image_generation
 
     config = yaml.safe_load((BENCHMARKS.parent / "configs" / "image_generation.yaml").read_text())
     from tasks.datamodules import ImageGenerationDataModule
@@ -68,9 +67,9 @@ def test_image_generation_pixelcnn_is_causal_and_of_the_transformers_size():
 
 
 def test_super_resolution_cnn_matches_the_transformers_size():
+    import super_resolution
     import yaml
 
-    import super_resolution
     from tasks.datamodules import SuperResolutionDataModule
 
     config = yaml.safe_load((BENCHMARKS.parent / "configs" / "super_resolution.yaml").read_text())
