@@ -24,6 +24,7 @@ dense :meth:`ALiBiPositions.bias`.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -104,7 +105,7 @@ class ALiBiPositions(AttentionPosition):
 
 
 class _CausalBlock:
-    """One causal query block: the bias as a query feature times a key feature, a boolean mask, SDPA."""
+    """One causal query block: the bias as a query feature times a key feature, a causal mask, SDPA."""
 
     def __init__(self, slopes: Tensor, first_query: int, dropout_p: float) -> None:
         self.slopes, self.first_query, self.dropout_p = slopes, first_query, dropout_p
@@ -113,16 +114,12 @@ class _CausalBlock:
         head_dim, scale = q.shape[-1], 1.0 / math.sqrt(q.shape[-1])
         width = 8 - head_dim % 8  # the features padded to a multiple of 8 (what fused kernels like)
         last_query = self.first_query + q.shape[-2] - 1
-        query_pos = torch.arange(q.shape[-2], device=q.device)[:, None] + self.first_query
         key_pos = torch.arange(k.shape[-2], device=q.device)
         q_feature = q.new_zeros(*q.shape[:-1], width)
         q_feature[..., 0] = (self.slopes.to(q.dtype) / scale)[:, None]
         k_feature = k.new_zeros(*k.shape[:-1], width)
         k_feature[..., 0] = (key_pos - last_query).to(k.dtype)
-        mask = key_pos[None, :] <= query_pos  # (q, k), shared by the heads
-        if key_padding_mask is not None:  # finite for padding: a padded query may see no real key
-            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
-            mask = mask.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(q.dtype).min)
+        mask = _block_mask(self.slopes, True, self.first_query, q.shape[-2], k.shape[-2], key_padding_mask, q.dtype)
         # v is padded too: SDPA's fused CPU kernel needs one head size for q, k and v (else it
         # falls back to the math path, 6-8x slower); the padded output columns are zeros.
         v = torch.cat([v, v.new_zeros(*v.shape[:-1], width)], -1)
@@ -140,12 +137,31 @@ class _Block:
         self.slopes, self.first_query, self.dropout_p = slopes, first_query, dropout_p
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        query_pos = torch.arange(q.shape[-2], device=q.device)[:, None] + self.first_query
-        key_pos = torch.arange(k.shape[-2], device=q.device)[None, :]
-        bias = -self.slopes.to(q.dtype)[:, None, None] * (query_pos - key_pos).abs().to(q.dtype)  # (h, q, k)
-        if key_padding_mask is not None:
-            bias = bias.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(q.dtype).min)
+        bias = _block_mask(self.slopes, False, self.first_query, q.shape[-2], k.shape[-2], key_padding_mask, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout_p)
+
+
+def _block_mask(
+    slopes: Tensor, causal: bool, first_query: int, num_queries: int, num_keys: int,
+    key_padding_mask: Tensor | None, dtype: torch.dtype,
+) -> Tensor:
+    """The additive mask of one query block over keys ``0 .. num_keys - 1``.
+
+    Causal: ``(queries, keys)``, ``-inf`` above the diagonal (the ALiBi bias itself travels in the
+    query and key features). Bidirectional: the bias ``(1, heads, queries, keys)``. Padding keys
+    get the dtype's lowest *finite* value (a padded query may see no real key): ``(batch, ...)``.
+    """
+    device = slopes.device
+    query_pos = torch.arange(first_query, first_query + num_queries, device=device)[:, None]
+    key_pos = torch.arange(num_keys, device=device)[None, :]
+    if causal:
+        mask = torch.zeros(num_queries, num_keys, dtype=dtype, device=device)
+        mask.masked_fill_(key_pos > query_pos, float("-inf"))
+    else:
+        mask = -slopes.to(dtype)[None, :, None, None] * (query_pos - key_pos).abs().to(dtype)
+    if key_padding_mask is not None:
+        mask = mask.masked_fill(key_padding_mask[:, None, None, :num_keys], torch.finfo(dtype).min)
+    return mask
 
 
 class _FusedBlocks(torch.autograd.Function):
@@ -170,53 +186,56 @@ class _FusedBlocks(torch.autograd.Function):
         k_wide, v_wide = F.pad(k, (0, width)), F.pad(v, (0, width))
         if causal:
             q_wide[..., head_dim] = (slopes.to(q.dtype) / scale)[:, None]
-        ctx.blocks = (slopes, causal, query_offset, block_size, scale, head_dim)
+        ctx.plan = _Plan(slopes, causal, query_offset, block_size, scale, head_dim)
         out = torch.empty_like(q_wide)
         lse = []
-        for start, stop, keys, mask in _FusedBlocks._plan(ctx.blocks, q_wide, k_wide, key_padding_mask):
+        for start, stop, keys, mask in ctx.plan.blocks(q_wide, k_wide, key_padding_mask):
             block_out, block_lse = _FusedBlocks._forward(
                 q_wide[..., start:stop, :], k_wide[..., :keys, :], v_wide[..., :keys, :], attn_mask=mask, scale=scale
             )
             out[..., start:stop, :] = block_out
             lse.append(block_lse)
         ctx.save_for_backward(q_wide, k_wide, v_wide, out, torch.cat(lse, dim=-1), key_padding_mask)
-        ctx.head_dim = head_dim
         return out[..., :head_dim]
 
     @staticmethod
     def backward(ctx, grad):
         q_wide, k_wide, v_wide, out, lse, key_padding_mask = ctx.saved_tensors
-        grad_wide = F.pad(grad, (0, q_wide.shape[-1] - ctx.head_dim))
+        plan = ctx.plan
+        grad_wide = F.pad(grad, (0, q_wide.shape[-1] - plan.head_dim))
         grad_q = torch.empty_like(q_wide)
         grad_k, grad_v = torch.zeros_like(k_wide), torch.zeros_like(v_wide)
-        for start, stop, keys, mask in _FusedBlocks._plan(ctx.blocks, q_wide, k_wide, key_padding_mask):
+        for start, stop, keys, mask in plan.blocks(q_wide, k_wide, key_padding_mask):
             block_q, block_k, block_v = _FusedBlocks._backward(
                 grad_wide[..., start:stop, :], q_wide[..., start:stop, :], k_wide[..., :keys, :],
                 v_wide[..., :keys, :], out[..., start:stop, :], lse[..., start:stop], 0.0, False,
-                attn_mask=mask, scale=ctx.blocks[4],
+                attn_mask=mask, scale=plan.scale,
             )  # fmt: skip
             grad_q[..., start:stop, :] = block_q
             grad_k[..., :keys, :] += block_k
             grad_v[..., :keys, :] += block_v
-        d = ctx.head_dim
+        d = plan.head_dim
         return grad_q[..., :d], grad_k[..., :d], grad_v[..., :d], None, None, None, None, None
 
-    @staticmethod
-    def _plan(blocks, q_wide: Tensor, k_wide: Tensor, key_padding_mask: Tensor | None):
-        """Yields ``(start, stop, keys, additive mask)`` per query block, setting the block's key feature first."""
-        slopes, causal, query_offset, block_size, _, head_dim = blocks
+
+class _Plan(NamedTuple):
+    """What :class:`_FusedBlocks` needs besides tensors, and its walk over the query blocks."""
+
+    slopes: Tensor
+    causal: bool
+    query_offset: int
+    block_size: int
+    scale: float
+    head_dim: int
+
+    def blocks(self, q_wide: Tensor, k_wide: Tensor, key_padding_mask: Tensor | None):
+        """Yields ``(start, stop, keys, additive mask)`` per query block, setting its key feature ``j - c`` first."""
         key_pos = torch.arange(k_wide.shape[-2], device=k_wide.device)
-        dtype, lowest = q_wide.dtype, torch.finfo(q_wide.dtype).min
-        for start in range(0, q_wide.shape[-2], block_size):
-            stop = min(start + block_size, q_wide.shape[-2])
-            query_pos = torch.arange(query_offset + start, query_offset + stop, device=q_wide.device)[:, None]
-            keys = min(k_wide.shape[-2], query_offset + stop) if causal else k_wide.shape[-2]
-            if causal:
-                k_wide[..., :keys, head_dim] = (key_pos[:keys] - (query_offset + stop - 1)).to(dtype)
-                mask = torch.zeros(stop - start, keys, dtype=dtype, device=q_wide.device)
-                mask.masked_fill_(key_pos[None, :keys] > query_pos, float("-inf"))
-            else:
-                mask = -slopes.to(dtype)[None, :, None, None] * (query_pos - key_pos[None, :]).abs().to(dtype)
-            if key_padding_mask is not None:  # finite: a padded query may see no real key
-                mask = mask.masked_fill(key_padding_mask[:, None, None, :keys], lowest)
+        for start in range(0, q_wide.shape[-2], self.block_size):
+            stop = min(start + self.block_size, q_wide.shape[-2])
+            first, last = self.query_offset + start, self.query_offset + stop - 1
+            keys = min(k_wide.shape[-2], last + 1) if self.causal else k_wide.shape[-2]
+            if self.causal:
+                k_wide[..., :keys, self.head_dim] = (key_pos[:keys] - last).to(k_wide.dtype)
+            mask = _block_mask(self.slopes, self.causal, first, stop - start, keys, key_padding_mask, q_wide.dtype)
             yield start, stop, keys, mask
