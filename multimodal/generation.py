@@ -149,9 +149,11 @@ def generate(
     ``eos_id`` after it ends; sampling, shaping and padded prompts are not part of beam search.
     """
     if num_beams > 1:
+        given = {"temperature": temperature != 1.0, "top_k": top_k is not None, "top_p": top_p is not None,
+                 "shaping": shaping is not None, "prompt_padding": prompt_padding is not None,
+                 "use_cache": not use_cache}  # fmt: skip
         return _beam(model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id,
-                     temperature=temperature, top_k=top_k, top_p=top_p, shaping=shaping,
-                     prompt_padding=prompt_padding, use_cache=use_cache)  # fmt: skip
+                     refused=[name for name, set_ in given.items() if set_])  # fmt: skip
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     steps = generate_stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -161,16 +163,12 @@ def generate(
     return torch.cat([prompt, torch.stack(new, dim=1)], dim=1) if new else prompt.clone()
 
 
-def _beam(model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id, **unused) -> Tensor:
-    """:func:`generate` with ``num_beams > 1``: the best beam per prompt; options beam search lacks are refused."""
+def _beam(model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id, refused) -> Tensor:
+    """:func:`generate` with ``num_beams > 1``: the best beam per prompt; ``refused`` names options beam search lacks."""
     from multimodal.beam_search import beam_search  # beam_search imports this module
 
-    defaults = {"temperature": 1.0, "top_k": None, "top_p": None, "shaping": None, "prompt_padding": None,
-                "use_cache": True}  # fmt: skip
-    changed = [name for name, value in unused.items()
-               if ((value is not None) if defaults[name] is None else value != defaults[name])]  # fmt: skip
-    if changed:
-        raise ValueError(f"num_beams > 1 is deterministic beam search; it does not take {', '.join(changed)}")
+    if refused:
+        raise ValueError(f"num_beams > 1 is deterministic beam search; it does not take {', '.join(refused)}")
     sequences, _ = beam_search(model, prompt, max_new_tokens, num_beams, eos_id=eos_id,
                                length_penalty=length_penalty, early_stopping=early_stopping)  # fmt: skip
     return sequences
