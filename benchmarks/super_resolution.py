@@ -98,20 +98,24 @@ def main() -> None:
                 trainer.fit(task, data)
             result = {"model": name, "seed": seed, "epochs": args.epochs, "minutes": (time.perf_counter() - started) / 60,
                       "parameters": sum(p.numel() for p in task.model.parameters()), "overrides": args.set}  # fmt: skip
+            images = {}  # photo -> (bicubic, ours, original), for the picture
             for split in splits:
-                result[split] = score(task.model.eval(), SPLITS[split], data.channels, args.scale)
+                result[split] = score(task.model.eval(), SPLITS[split], data.channels, args.scale, images)
                 mean = {key: sum(photo[key] for photo in result[split]) / len(result[split])
                         for key in ("gain_rgb", "gain_y")}  # fmt: skip
                 print(f"{name} seed {seed} {split}: gain RGB {mean['gain_rgb']:+.2f} dB, Y {mean['gain_y']:+.2f} dB",
                       flush=True)  # fmt: skip
             record(args.out, result, args.stage)
             if args.picture and seed == args.seeds[0]:
-                picture(task.model, data.channels, args.scale, args.picture)
+                picture(*images["chelsea"], args.picture)
     print(tables(load(args.out)))
 
 
-def score(model: nn.Module, names: tuple[str, ...], channels: int, scale: int) -> list[dict]:
-    """Per photo: PSNR (RGB, whole image) and PSNR-Y (border ``scale`` shaved) of ours and bicubic, SSIM."""
+def score(model: nn.Module, names: tuple[str, ...], channels: int, scale: int, images: dict) -> list[dict]:
+    """Per photo: PSNR (RGB, whole image) and PSNR-Y (border ``scale`` shaved) of ours and bicubic, SSIM.
+
+    ``images`` receives each photo's ``(bicubic, ours, original)`` ``(channels, h, w)``.
+    """
     rows = []
     for name, photo in zip(names, skimage_photos(names), strict=True):
         original, low_res = _pair(photo, channels, scale)
@@ -126,6 +130,7 @@ def score(model: nn.Module, names: tuple[str, ...], channels: int, scale: int) -
         row["gain_rgb"] = row["ours_psnr"] - row["bicubic_psnr"]
         row["gain_y"] = row["ours_psnr_y"] - row["bicubic_psnr_y"]
         rows.append(row)
+        images[name] = (bicubic, ours, original)
     return rows
 
 
@@ -136,12 +141,8 @@ def _pair(photo, channels: int, scale: int) -> tuple[Tensor, Tensor]:
     return original, bicubic_downsample(original, scale)
 
 
-def picture(model: nn.Module, channels: int, scale: int, path: Path) -> None:
+def picture(bicubic: Tensor, ours: Tensor, original: Tensor, path: Path) -> None:
     """Bicubic | ours | original on a crop of the validation photo chelsea (the cat's face)."""
-    original, low_res = _pair(skimage_photos(["chelsea"])[0], channels, scale)
-    with torch.no_grad():
-        ours = upscale(model, low_res)
-    bicubic = bicubic_upsample(low_res[None], scale)[0]
     window = (slice(None), slice(60, 160), slice(150, 270))
     side_by_side_png([("bicubic", bicubic[window]), ("ours", ours[window]), ("original", original[window])],
                      path, pixel_scale=2)  # fmt: skip

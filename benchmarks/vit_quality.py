@@ -221,10 +221,7 @@ def fashion_protocol_tables(results: list[dict]) -> str:
 
 
 def fashion_table(positions: list[str], threads: int) -> None:
-    rows = {
-        p: _run(_train_job(["image_classification.yaml", "image_classification_fashion_mnist.yaml"], p, threads))
-        for p in positions
-    }
+    rows = {p: _run(_train_job(FASHION_CONFIGS, p, threads)) for p in positions}
     print("## Fashion-MNIST (54,000 train / 10,000 official test images, trainer.max_time 10 min)\n")
     print("| model | test accuracy | train time (s) | epochs | train images/s |")
     print("|---|---|---|---|---|")
