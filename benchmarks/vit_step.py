@@ -101,22 +101,20 @@ def worker(threads: int, compiled: bool, steps: int, warmup: int, world: int, ba
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
 
-    def step() -> None:
-        loss = F.cross_entropy(model(images), labels, label_smoothing=0.1)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def train(count: int) -> float:
+        """Seconds for ``count`` training steps."""
+        start = time.perf_counter()
+        for _ in range(count):
+            loss = F.cross_entropy(model(images), labels, label_smoothing=0.1)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
 
-    start = time.perf_counter()
-    for _ in range(warmup):
-        step()
-    warmup_s = time.perf_counter() - start
+    warmup_s = train(warmup)
     if world > 1:
         torch.distributed.barrier()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = time.perf_counter() - start
+    seconds = train(steps)
     if world > 1:
         torch.distributed.destroy_process_group()
     return {"images_per_s": steps * batch / seconds, "warmup_s": warmup_s}
