@@ -42,7 +42,9 @@ def test_rotary_equals_complex_multiplication(fraction, scaling, scale):
     positions = torch.arange(11) + 5
     expected = rotate_as_complex(x, positions, rotary_dims=int(16 * fraction), position_factor=1 / scale)
     # Angles are float32, as in Hugging Face's Llama: agreement to float32 precision.
-    torch.testing.assert_close(rotary.rotate(x, positions), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(rotary.rotate(x, positions), expected, atol=1e-6, rtol=1e-5)  # in place, no autograd
+    trained = x.clone().requires_grad_()
+    torch.testing.assert_close(rotary.rotate(trained, positions), expected, atol=1e-6, rtol=1e-5)  # with autograd
 
 
 def test_rotary_ntk_raises_the_base_and_matches_hugging_face():
