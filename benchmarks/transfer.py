@@ -15,28 +15,37 @@
                    without any pretraining)
    ==============  =================================================================
 
-3. Prints the validation NLL (nats per event, every token of every held-out chorale once) of
-   each arm and the trainable parameter counts, as the markdown table of ``docs/benchmarks.md``.
+3. Scores every arm on the validation and, once, the test chorales (nats per event, every token
+   of every held-out piece once), and records one JSON line per (arm, seed) in ``--out``
+   (``benchmarks/protocol.py``). No setting is chosen here, so there is no select stage: every
+   arm runs the same fixed recipe and seeds, and the table reports mean ± sd over seeds plus each
+   arm's *paired* difference to ``scratch`` (same seed, same data order) -- the comparison that
+   cancels most of the seed-to-seed noise. An interrupted run resumes: (arm, seed) pairs already in
+   ``--out`` with the same settings are not trained again.
 
-The defaults are small (dim 64, 3 layers, 128-event windows, 200 + 4 x 100 steps) so the whole run
-fits in about ten minutes on two shared CPU cores; the same script runs bigger with the flags.
+The defaults are small (dim 64, 3 layers, 128-event windows, 200 + 4 x 100 steps per seed) so one
+seed fits in about ten minutes on a CPU core; the same script runs bigger with the flags.
 
 Usage::
 
-    flock /tmp/bench.lock python benchmarks/transfer.py          # the table of docs/benchmarks.md
-    python benchmarks/transfer.py --pretrain-steps 50 --steps 20 --arms scratch text_frozen
+    .venv/bin/python benchmarks/transfer.py --seeds 0 1 2      # the table of docs/benchmarks.md
+    .venv/bin/python benchmarks/transfer.py --table
+    .venv/bin/python benchmarks/transfer.py --pretrain-steps 50 --steps 20 --arms scratch text_frozen --out /tmp/t.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import grouped, load, record, spread
 
 from multimodal.convert.blocks import export_blocks
 from multimodal.finetune import count_parameters
@@ -46,6 +55,7 @@ from tasks.finetune import FineTuneConfig
 from tasks.language_modeling import LanguageModeling
 from tasks.music_continuation import MusicContinuation
 
+ROOT = Path(__file__).resolve().parents[1]
 ARMS = ["scratch", "text_frozen", "text_lora", "text_full", "random_frozen"]
 DEFAULT_ARMS = ["scratch", "text_frozen", "text_lora", "random_frozen"]
 
@@ -55,6 +65,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, choices=ARMS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--pretrain-steps", type=int, default=200)
     parser.add_argument("--steps", type=int, default=100, help="music steps, the same for every arm")
     parser.add_argument("--seq-len", type=int, default=128)
@@ -64,24 +75,52 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--text-files", type=int, default=300, help="standard-library files to pretrain on")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "transfer.jsonl")
+    parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as folder:
-        blocks = Path(folder) / "text_blocks"
-        text_nll = pretrain_text(args, blocks) if any(arm.startswith("text") for arm in args.arms) else None
-        results = {arm: train_music(arm, args, blocks) for arm in args.arms}
-    minutes = (time.perf_counter() - start) / 60
-    print(f"\nText pretraining: {args.pretrain_steps} steps x {args.batch_size} windows of {args.seq_len} BPE tokens "
-          f"(stdlib, {args.text_files} files), text val NLL {text_nll if text_nll is None else f'{text_nll:.3f}'}; "
-          f"music: {args.steps} steps x {args.batch_size} windows of {args.seq_len} events; dim {args.dim}, "
-          f"{args.num_layers} layers, relative positions, AdamW lr {args.lr}, seed {args.seed}; {minutes:.1f} min\n")  # fmt: skip
-    print("| arm | blocks | trainable params | val NLL (nats/event) | val perplexity | train time (s) |")
-    print("|---|---|---|---|---|---|")
-    for arm, (nll, trainable, total, seconds) in results.items():
-        print(f"| {arm} | {_describe(arm, args)} | {trainable:,} of {total:,} | {nll:.4f} | {math.exp(nll):.2f} "
-              f"| {seconds:.0f} |")  # fmt: skip
+    if args.table:
+        print(table(load(args.out)))
+        return
+    torch.set_num_threads(args.threads)
+    settings = {key: getattr(args, key) for key in SETTINGS}
+    for seed in args.seeds:
+        done = {r["arm"] for r in load(args.out) if r["seed"] == seed and r["settings"] == settings}
+        arms = [arm for arm in args.arms if arm not in done]
+        if not arms:
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            blocks = Path(folder) / "text_blocks"
+            text_nll = pretrain_text(args, seed, blocks) if any(arm.startswith("text") for arm in arms) else None
+            for arm in arms:
+                result = train_music(arm, args, seed, blocks)
+                record(args.out, {**result, "arm": arm, "seed": seed, "text_val_nll": text_nll,
+                                  "settings": settings}, "report")  # fmt: skip
+    print(table(load(args.out)))
+
+
+SETTINGS = ("pretrain_steps", "steps", "seq_len", "batch_size", "dim", "num_layers", "lr", "lora_rank", "text_files")
+
+
+def table(results: list[dict]) -> str:
+    """Mean ± sd over seeds of each arm, and its paired difference to ``scratch`` (test NLL, same seed)."""
+    rows = [r for r in results if r["stage"] == "report"]
+    if not rows:
+        return "no results yet\n"
+    scratch = {r["seed"]: r["test_nll"] for r in rows if r["arm"] == "scratch"}
+    text = [r["text_val_nll"] for r in rows if r["text_val_nll"] is not None]
+    settings = rows[0]["settings"]
+    lines = [f"Text pretraining {settings['pretrain_steps']} steps (val NLL {spread(text, 3) if text else '-'} "
+             f"nats/token); music {settings['steps']} steps per arm; mean ± sd over seeds, nats per event:", "",
+             "| arm | trainable params | seeds | validation NLL | **test NLL** | test minus scratch (paired) "
+             "| train s |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for arm, group in grouped(rows, key="arm").items():
+        paired = [r["test_nll"] - scratch[r["seed"]] for r in group if r["seed"] in scratch]
+        difference = "-" if arm == "scratch" or not paired else f"{spread(paired, 3)}"
+        lines.append(f"| {arm} | {group[0]['trainable']:,} of {group[0]['total']:,} | {len(group)} | "
+                     f"{spread([r['val_nll'] for r in group], 3)} | **{spread([r['test_nll'] for r in group], 3)}** | "
+                     f"{difference} | {spread([r['seconds'] for r in group], 0)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def model_config(args: argparse.Namespace, vocab_size: int) -> CausalLMConfig:
@@ -92,9 +131,9 @@ def model_config(args: argparse.Namespace, vocab_size: int) -> CausalLMConfig:
     )  # fmt: skip
 
 
-def pretrain_text(args: argparse.Namespace, out: Path) -> float:
+def pretrain_text(args: argparse.Namespace, seed: int, out: Path) -> float:
     """Trains the text LM, exports its blocks to ``out``; returns its validation NLL (nats/token)."""
-    pl.seed_everything(args.seed, verbose=False)
+    pl.seed_everything(seed, verbose=False)
     data = TextDataModule(limit=args.text_files, vocab_size=4000, seq_len=args.seq_len, batch_size=args.batch_size,
                           epoch_length=args.batch_size * 100)  # fmt: skip
     task = LanguageModeling(model=model_config(args, data.vocab_size), warmup_steps=min(100, args.pretrain_steps // 10),
@@ -109,11 +148,11 @@ def pretrain_text(args: argparse.Namespace, out: Path) -> float:
     return nll
 
 
-def train_music(arm: str, args: argparse.Namespace, blocks: Path) -> tuple[float, int, int, float]:
-    """One arm; returns validation NLL, trainable and total parameters, training seconds."""
-    pl.seed_everything(args.seed, verbose=False)
+def train_music(arm: str, args: argparse.Namespace, seed: int, blocks: Path) -> dict:
+    """One arm: validation and test NLL (nats/event), trainable and total parameters, training seconds."""
+    pl.seed_everything(seed, verbose=False)
     data = MusicDataModule(
-        seq_len=args.seq_len, batch_size=args.batch_size, epoch_length=args.batch_size * 50
+        seq_len=args.seq_len, batch_size=args.batch_size, epoch_length=args.batch_size * 50, seed=seed
     )
     task = MusicContinuation(
         model=model_config(args, data.vocab_size), warmup_steps=min(100, args.steps // 10), pad_id=data.pad_id,
@@ -124,10 +163,12 @@ def train_music(arm: str, args: argparse.Namespace, blocks: Path) -> tuple[float
     trainer.fit(task, datamodule=data)
     seconds = time.perf_counter() - started
     nll = trainer.validate(task, datamodule=data, verbose=False)[0]["val_nll"]
+    test_nll = trainer.test(task, datamodule=data, verbose=False)[0]["test_nll"]
     counts = count_parameters(task.model)
-    print(f"{arm}: val_nll {nll:.4f} after {args.steps} steps ({seconds:.0f} s); {counts.trainable:,} trainable",
-          flush=True)  # fmt: skip
-    return nll, counts.trainable, counts.total, seconds
+    print(f"{arm} (seed {seed}): val_nll {nll:.4f}, test_nll {test_nll:.4f} after {args.steps} steps "
+          f"({seconds:.0f} s); {counts.trainable:,} trainable", flush=True)  # fmt: skip
+    return {"val_nll": nll, "test_nll": test_nll, "trainable": counts.trainable, "total": counts.total,
+            "seconds": seconds}  # fmt: skip
 
 
 def finetune_for(arm: str, args: argparse.Namespace, blocks: Path) -> FineTuneConfig | None:
@@ -140,16 +181,6 @@ def finetune_for(arm: str, args: argparse.Namespace, blocks: Path) -> FineTuneCo
         "text_lora": FineTuneConfig(**pretrained, freeze=["blocks"], lora=lora),
         "text_full": FineTuneConfig(**pretrained),
         "random_frozen": FineTuneConfig(freeze=["blocks"]),
-    }[arm]
-
-
-def _describe(arm: str, args: argparse.Namespace) -> str:
-    return {
-        "scratch": "(a) random, trained",
-        "text_frozen": "(b) text, frozen",
-        "text_lora": f"(c) text, frozen + LoRA r={args.lora_rank} on q,k,v,out",
-        "text_full": "text, trained",
-        "random_frozen": "random, frozen (control)",
     }[arm]
 
 
