@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from torch import Tensor, nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread, verdict
@@ -66,6 +67,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="Transformer overrides, e.g. dim=64 dropout=0.1")
     parser.add_argument("--lr", type=float, nargs="+", default=[None], help="learning rates (default: the config's)")
     parser.add_argument("--batch-size", type=int, default=None, help="override the config's batch size")
+    parser.add_argument("--ema", type=float, default=None, metavar="DECAY",
+                        help="score an exponential moving average of the weights (both models), e.g. 0.999")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "image_generation.jsonl")
     parser.add_argument("--table", action="store_true", help="print the tables of --out and stop")
     args = parser.parse_args()
@@ -85,7 +88,8 @@ def main() -> None:
                 pl.seed_everything(seed, verbose=False)
                 run = train_transformer if name == "transformer" else train_pixelcnn
                 result = run(config, args, lr, test=args.stage == "report", grid=seed == args.seeds[0])
-                result.update(model=name, seed=seed, overrides=args.set if name == "transformer" else [])
+                overrides = (args.set if name == "transformer" else []) + ([f"ema={args.ema:g}"] if args.ema else [])
+                result.update(model=name, seed=seed, overrides=overrides)
                 record(args.out, result, args.stage)
                 print({key: value for key, value in result.items()}, flush=True)
     print(tables(load(args.out)))
@@ -99,15 +103,18 @@ def train_transformer(config: dict, args: argparse.Namespace, lr: float | None, 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = pl.callbacks.ModelCheckpoint(dirpath=folder, monitor="val_bpd")
-        trainer = pl.Trainer(max_epochs=args.epochs, logger=False, callbacks=[checkpoint, _Progress()],
+        # With EMA, validation runs on the averaged weights and checkpoints hold them as their state_dict.
+        averaging = [pl.callbacks.EMAWeightAveraging(decay=args.ema)] if args.ema else []
+        trainer = pl.Trainer(max_epochs=args.epochs, logger=False, callbacks=[checkpoint, _Progress(), *averaging],
                              gradient_clip_val=1.0, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
         trainer.fit(task, data)
         minutes = (time.perf_counter() - started) / 60
         result = {"val_bpd": float(checkpoint.best_model_score), "minutes": minutes, "epochs": args.epochs,
                   "lr": lr or config["model"]["init_args"]["optimizer"]["init_args"]["lr"], "batch_size": batch_size,
                   "parameters": sum(p.numel() for p in task.model.parameters()), "describe": describe(task.config)}  # fmt: skip
-        if test:
-            result["test_bpd"] = trainer.test(task, data, ckpt_path="best", verbose=False)[0]["test_bpd"]
+        if test:  # a trainer without the averaging callback, which would reload the raw weights
+            tester = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+            result["test_bpd"] = tester.test(task, data, ckpt_path=checkpoint.best_model_path, verbose=False)[0]["test_bpd"]
     if grid and args.grid:
         samples = sample_images(task.model, 40, generator=torch.Generator().manual_seed(0))
         image_grid_png(samples, args.grid, nrow=10)
@@ -131,6 +138,8 @@ def train_pixelcnn(config: dict, args: argparse.Namespace, lr: float | None, tes
     steps_per_epoch = math.ceil(len(splits["train"]) / batch_size)
     total, warmup = args.epochs * steps_per_epoch, init["warmup_steps"]
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, warmup, total))
+    average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema)) if args.ema else None
+    scored = average.module if average else model
     best, best_state = math.inf, None
     started = time.perf_counter()
     for _ in range(args.epochs):
@@ -142,9 +151,11 @@ def train_pixelcnn(config: dict, args: argparse.Namespace, lr: float | None, tes
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             schedule.step()
-        val = model.bits_per_dim(splits["val"])
+            if average:
+                average.update_parameters(model)
+        val = scored.bits_per_dim(splits["val"])
         if val < best:
-            best, best_state = val, {key: value.clone() for key, value in model.state_dict().items()}
+            best, best_state = val, {key: value.clone() for key, value in scored.state_dict().items()}
     minutes = (time.perf_counter() - started) / 60
     model.load_state_dict(best_state)
     result = {"val_bpd": best, "minutes": minutes, "epochs": args.epochs, "lr": lr, "batch_size": batch_size,

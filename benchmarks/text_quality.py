@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
@@ -59,7 +60,10 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128, help="Transformer width = LSTM embedding width")
     parser.add_argument("--layers", type=int, default=4, help="Transformer blocks")
     parser.add_argument("--lstm-layers", type=int, default=2)
-    parser.add_argument("--position", default="relative", choices=["learned", "relative", "sinusoidal"])
+    parser.add_argument("--position", default="relative",
+                        choices=["learned", "relative", "sinusoidal", "rotary", "alibi"])  # fmt: skip
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="Transformer config overrides, e.g. activation=swiglu norm=rmsnorm ff_dim=344")  # fmt: skip
     parser.add_argument("--transformer-lr", type=float, nargs="+", default=[4e-3])
     parser.add_argument("--lstm-lr", type=float, nargs="+", default=[6e-3, 1e-2, 1.4e-2])
     parser.add_argument("--warmup", type=int, default=30)
@@ -96,7 +100,7 @@ def main() -> None:
                 curve = train_model(model, train, args.batch_size, args.steps, lr, args.warmup)
                 minutes = (time.perf_counter() - start) / 60
                 detail = (
-                    f"{args.layers} x {args.dim}, {args.position}"
+                    " ".join([f"{args.layers} x {args.dim}, {args.position}", *args.set])
                     if name == "transformer"
                     else f"{args.lstm_layers} x hidden {hidden}"
                 )
@@ -184,13 +188,16 @@ def validation_nll(model: nn.Module, data, num_windows: int, batch_size: int) ->
 
 
 def transformer(vocab_size: int, args: argparse.Namespace) -> nn.Module:
-    """Our CausalLM: ``--position`` positions, GELU (tanh), no dropout (the run is far from over-fitting)."""
-    config = CausalLMConfig(
+    """Our CausalLM: ``--position`` positions, GELU (tanh), no dropout (the run is far from over-fitting), then ``--set``."""
+    settings = dict(
         vocab_size=vocab_size, dim=args.dim, num_layers=args.layers, num_heads=max(args.dim // 32, 1),
         ff_dim=4 * args.dim, max_seq_len=args.seq_len, position=args.position, dropout=0.0,
         activation="gelu_tanh",
     )  # fmt: skip
-    return CausalLM(config)
+    for override in args.set:
+        key, _, value = override.partition("=")
+        settings[key] = yaml.safe_load(value)
+    return CausalLM(CausalLMConfig(**settings))
 
 
 class LSTMLanguageModel(nn.Module):
