@@ -28,7 +28,8 @@ seed fits in about ten minutes on a CPU core; the same script runs bigger with t
 
 Usage::
 
-    .venv/bin/python benchmarks/transfer.py --seeds 0 1 2      # the table of docs/benchmarks.md
+    .venv/bin/python benchmarks/transfer.py --seeds 0 1 2 --pretrain-steps 2000 --steps 600 \
+        --arms scratch text_frozen text_lora text_full random_frozen   # docs/benchmarks.md
     .venv/bin/python benchmarks/transfer.py --table
     .venv/bin/python benchmarks/transfer.py --pretrain-steps 50 --steps 20 --arms scratch text_frozen --out /tmp/t.jsonl
 """
