@@ -7,23 +7,30 @@
    query at most). Median of ``--repeats`` steps after a warm-up, the two models alternating step
    by step. Ratios are local / full in the same run.
 2. **Same budget** — both models trained for ``--steps`` steps on Fashion-MNIST (28×28, 256
-   levels; fetch once with ``multimodal data fashion-mnist``), then scored on the first 500
-   validation images: bits/dim and time per step.
+   levels; fetch once with ``multimodal data fashion-mnist``) for each of ``--seeds`` (the seed sets
+   the initialisation and the batches, the same for both models), then scored on the first 500
+   validation images: bits/dim (mean ± sd over seeds, and the paired difference local − full)
+   and time per step. Nothing is chosen from this comparison, so it has no selection stage.
 
-Usage (as in docs/benchmarks.md; about 10 minutes on 2 cores)::
+Usage (as in docs/benchmarks.md; about 25 minutes on 2 cores)::
 
-    flock /tmp/bench.lock .venv/bin/python benchmarks/local_attention.py
+    flock /tmp/bench.lock .venv/bin/python benchmarks/local_attention.py --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import spread
 
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer
@@ -43,6 +50,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300, help="same-budget training steps (0 skips it)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="same-budget seeds")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -62,12 +70,22 @@ def main() -> None:
 
     if args.steps:
         print(f"\nsame budget: {args.steps} steps of 16 Fashion-MNIST images (28×28, 256 levels), "
-              f"{MODEL['num_layers']} layers, dim {MODEL['dim']}; bits/dim on 500 validation images\n")  # fmt: skip
-        print("| attention | val bits/dim | time per step |")
-        print("|---|---|---|")
-        for name, options in (("full", dict(attention="full")), ("local2d 4×7 + 3×7", FASHION_LOCAL)):
-            bits, seconds = _same_budget(options, args.steps)
-            print(f"| {name} | {bits:.3f} | {seconds * 1e3:.0f} ms |")
+              f"{MODEL['num_layers']} layers, dim {MODEL['dim']}; bits/dim on 500 validation images, "
+              f"seeds {args.seeds}\n")  # fmt: skip
+        contenders = {"full": dict(attention="full"), "local2d 4×7 + 3×7": FASHION_LOCAL}
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
+        for seed in args.seeds:  # the contenders alternate seed by seed
+            for name, options in contenders.items():
+                runs[name].append(_same_budget(options, args.steps, seed))
+                print(f"seed {seed}, {name}: {runs[name][-1][0]:.4f} bits/dim", flush=True)
+        print("\n| attention | seeds | val bits/dim | time per step |")
+        print("|---|---:|---:|---:|")
+        for name, results in runs.items():
+            bits, seconds = zip(*results, strict=True)
+            print(f"| {name} | {len(bits)} | {spread(list(bits), 3)} | {statistics.median(seconds) * 1e3:.0f} ms |")
+        full, local = ([bits for bits, _ in results] for results in runs.values())
+        paired = [b - a for a, b in zip(full, local, strict=True)]
+        print(f"\nlocal − full, paired by seed: {spread(paired, 4)} bits/dim")
 
 
 def _config(side: int, **options) -> ImageTransformerConfig:
@@ -109,8 +127,9 @@ def _step_times(side: int, batch: int, repeats: int) -> dict[str, tuple[float, f
     return {name: (statistics.median(train[name][1:]), statistics.median(decode[name][1:])) for name in models}
 
 
-def _same_budget(options: dict, steps: int) -> tuple[float, float]:
-    pl.seed_everything(0, verbose=False)
+def _same_budget(options: dict, steps: int, seed: int) -> tuple[float, float]:
+    """Trains one Image Transformer for ``steps`` steps from ``seed``; (validation bits/dim, seconds per step)."""
+    pl.seed_everything(seed, verbose=False)
     data = ImageGenerationDataModule("fashion_mnist", batch_size=16, val_limit=500)
     config = ImageTransformerConfig(**{**MODEL, **options}, height=28, width=28, channels=1, num_levels=256)
     task = ImageGeneration(
