@@ -27,6 +27,10 @@ CASES = {
     # 4 batches an epoch (limit_train_batches), 8 steps; killed at step 7 (epoch 1, batch 3 of 4)
     "image_classification": ([CONFIGS / "image_classification.yaml", CONFIGS / "image_classification_tiny.yaml"],
                              {}, 7, 8),
+    # 4 batches an epoch (32 images, batch 8), 8 steps; with the shipped config's EMA of the weights
+    "image_generation": ([CONFIGS / "image_generation.yaml", CONFIGS / "image_generation_tiny.yaml"],
+                         {}, 7, 8, [{"class_path": "pytorch_lightning.callbacks.EMAWeightAveraging",
+                                     "init_args": {"decay": 0.9}}]),
 }  # fmt: skip
 
 
@@ -43,14 +47,15 @@ def _fit(configs, root: str, cwd: Path, extra: list[str], expect_killed: bool = 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_bit_for_bit(case, tmp_path):
-    configs, data, kill_step, total_steps = CASES[case]
+    configs, data, kill_step, total_steps, *more_callbacks = CASES[case]
     override = {
         **data,
         "model": {"init_args": {"model": {"dropout": 0.1}}},
         "trainer": {
             "max_epochs": 2, "deterministic": True, "num_sanity_val_steps": 0,
             "callbacks": [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
-                           "init_args": {"every_n_train_steps": 2, "save_last": True}}],
+                           "init_args": {"every_n_train_steps": 2, "save_last": True}},
+                          *(more_callbacks[0] if more_callbacks else [])],
         },
     }  # fmt: skip
     (tmp_path / "override.yaml").write_text(yaml.safe_dump(override))
@@ -68,3 +73,8 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_bit_for_bit(case, tm
     assert not (tmp_path / "killed/lightning_logs/version_1").exists(), "the resumed run left its folder"
     for name, value in straight["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][name], value, atol=0, rtol=0, msg=name)
+    # with weight averaging, state_dict holds the average; the raw weights and the count are beside it
+    for key in ("current_model_state", "averaging_state"):
+        assert (key in straight) == bool(more_callbacks)
+        if key in straight:
+            torch.testing.assert_close(resumed[key], straight[key], atol=0, rtol=0, msg=key)
