@@ -14,7 +14,7 @@ Each model keeps the epoch with the best validation bits/dim. Protocol (``benchm
 trains ``--seeds`` and scores the test split once. Target: the Transformer <= 0.70 x the per-pixel
 baseline on test. A grid of the Transformer's samples is written to ``--grid`` (first seed).
 
-Usage (a Transformer run takes about 16 minutes on one thread, a PixelCNN run about 2)::
+Usage (a Transformer run takes about 16 minutes on one thread, a PixelCNN run about 8)::
 
     .venv/bin/python benchmarks/image_generation.py --stage select --models pixelcnn --lr 1e-3 3e-3
     .venv/bin/python benchmarks/image_generation.py --stage report --models transformer --seeds 0 1 2
