@@ -1,10 +1,12 @@
-"""Which model `make demo` should train: candidates trained for the demo's time budget, compared on validation.
+"""Which model `make demo` should train: candidates trained for the demo's time budget, chosen on validation.
 
 Each candidate is ``configs/music_continuation.yaml`` + ``configs/music_demo.yaml`` + its own
 overrides, trained with ``multimodal fit`` for ``--minutes`` (the demo's 7 by default) on the
 chorales' train split, in a fresh process, one after another (the script is a timed benchmark:
-run it alone). Then, on the **validation** pieces (the split that chooses; the test split is not
-touched here):
+run it alone). ``--stage select`` (the default) scores the **validation** pieces only (the split
+that chooses); ``--stage report`` trains the one chosen candidate for ``--seeds`` and scores the
+validation and, once, the **test** pieces, then prints mean ± sd over seeds and the demo's
+targets (:data:`TARGETS`) with the protocol's verdict (met only by more than one sd). Measures:
 
     nll/event, nll/note, nll/second   validation NLL of the best checkpoint (per event compares runs
                                       of one vocabulary; per note and per second compare across)
@@ -17,6 +19,8 @@ Usage::
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/music_demo_sweep.py                  # every candidate
     flock /tmp/bench.lock .venv/bin/python benchmarks/music_demo_sweep.py --candidates 3x128 --minutes 1
+    flock /tmp/bench.lock .venv/bin/python benchmarks/music_demo_sweep.py --stage report \
+        --candidates 2x128-duration-lr3e-3 --seeds 0 1 2                                  # test, once
     .venv/bin/python benchmarks/music_demo_sweep.py --table outputs/music_sweep             # table of earlier runs
 """
 
@@ -28,6 +32,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [ROOT / "configs" / "music_continuation.yaml", ROOT / "configs" / "music_demo.yaml"]
@@ -66,6 +72,7 @@ CANDIDATES: dict[str, list[str]] = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stage", choices=["select", "report"], default="select")
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--minutes", type=float, default=7.0, help="training time per candidate")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -73,8 +80,10 @@ def main() -> None:
     parser.add_argument("--table", type=Path, help="only print the table of the runs in this folder")
     parser.add_argument("--reevaluate", type=Path, help="evaluate the runs in this folder again (no training)")
     args = parser.parse_args()
+    if args.stage == "report" and len(args.candidates) != 1:
+        parser.error("--stage report: give the one candidate chosen by --stage select")
     if args.table:
-        print(table(sorted(args.table.glob("*/result.json"))))
+        print(tables(sorted(args.table.glob("*/result.json"))))
         return
     if args.reevaluate:
         for path in sorted(args.reevaluate.glob("*/result.json")):
@@ -82,22 +91,27 @@ def main() -> None:
             if "error" in old:
                 continue
             new = {**old, **evaluate(best_checkpoint(path.parent))}
+            if "test" in old:
+                new["test"] = evaluate(best_checkpoint(path.parent), "test")
             path.write_text(json.dumps(new, indent=2) + "\n")
             print(json.dumps(new), flush=True)
-        print(table(sorted(args.reevaluate.glob("*/result.json"))))
+        print(tables(sorted(args.reevaluate.glob("*/result.json"))))
         return
     for seed in args.seeds:
         for name in args.candidates:
-            folder = args.out / f"{name}-seed{seed}"
+            folder = args.out / f"{name}-seed{seed}" if args.stage == "select" else args.out / f"{name}-seed{seed}-report"
             folder.mkdir(parents=True, exist_ok=True)
-            result = run_candidate(name, seed, args.minutes, folder)
+            result = run_candidate(name, seed, args.minutes, folder, test=args.stage == "report")
             (folder / "result.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result), flush=True)
-    print(table(sorted(args.out.glob("*/result.json"))))
+    print(tables(sorted(args.out.glob("*/result.json"))))
 
 
-def run_candidate(name: str, seed: int, minutes: float, folder: Path) -> dict:
-    """Trains one candidate in ``folder`` (its outputs land there) and evaluates its best checkpoint."""
+def run_candidate(name: str, seed: int, minutes: float, folder: Path, test: bool = False) -> dict:
+    """Trains one candidate in ``folder`` (its outputs land there) and evaluates its best checkpoint.
+
+    ``test``: also score the test pieces (the report stage), under the result's ``"test"`` key.
+    """
     max_time = time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60))
     command = [sys.executable, "-m", "tasks.cli", "fit", *[a for c in CONFIGS for a in ("--config", str(c))],
                *CANDIDATES[name], "--seed_everything", str(seed), "--trainer.max_time", max_time]  # fmt: skip
@@ -106,7 +120,9 @@ def run_candidate(name: str, seed: int, minutes: float, folder: Path) -> dict:
     if done.returncode:
         return {"candidate": name, "seed": seed, "error": done.stderr.strip().splitlines()[-1:]}
     fit_seconds = time.monotonic() - start
-    return {"candidate": name, "seed": seed, "fit_seconds": round(fit_seconds), **evaluate(best_checkpoint(folder))}
+    checkpoint = best_checkpoint(folder)
+    result = {"candidate": name, "seed": seed, "fit_seconds": round(fit_seconds), **evaluate(checkpoint)}
+    return {**result, "test": evaluate(checkpoint, "test")} if test else result
 
 
 def best_checkpoint(folder: Path) -> Path:
@@ -117,8 +133,11 @@ def best_checkpoint(folder: Path) -> Path:
     return flat if flat.is_file() else resolve_checkpoint(folder / "outputs/demo")
 
 
-def evaluate(checkpoint: Path) -> dict:
-    """Validation NLL in three units and sample statistics of the checkpoint (validation split only)."""
+def evaluate(checkpoint: Path, split: str = "val") -> dict:
+    """NLL in three units and sample statistics of the checkpoint on one split's pieces (``val`` or ``test``).
+
+    The continuations start from the split's first 8 pieces (6 s primers).
+    """
     import torch
 
     from multimodal.music import MusicScore, evaluate_continuations, longest_note, score_music
@@ -130,7 +149,7 @@ def evaluate(checkpoint: Path) -> dict:
     task, tokenizer = load_task(checkpoint)
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     seq_len = saved["datamodule_hyper_parameters"]["seq_len"]
-    validation = run_pieces(checkpoint, "val")
+    validation = run_pieces(checkpoint, split)
     score = MusicScore(0.0, 0, 0, 0.0)
     for notes in validation.notes:
         score = score + score_music(task.model, tokenizer, notes, seq_len)
@@ -154,6 +173,44 @@ def evaluate(checkpoint: Path) -> dict:
     }  # fmt: skip
 
 
+TARGETS = {  # measure: (target, lower is better) -- the demo's bars, docs/benchmarks.md
+    "nll_per_second": (32.8, True),  # 1.6 nats/event x 20.5 performance events per second of chorale
+    "duration": (0.7, False),
+    "polyphony": (0.7, False),
+    "longest_note": (14.0, True),  # twice the training pieces' longest note (7 s)
+}
+
+
+def tables(paths: list[Path]) -> str:
+    """The per-run table of every result in ``paths``, then the report (test pieces, mean ± sd) if any ran."""
+    results = [json.loads(path.read_text()) for path in paths]
+    report = [r for r in results if "test" in r]
+    text = table(paths)
+    if report:
+        text += "\n" + report_table(report)
+    return text
+
+
+def report_table(report: list[dict]) -> str:
+    """Mean ± sd over the report's seeds on validation and test, and the verdict of each target on test."""
+    from protocol import spread, verdict
+
+    def measure(result: dict, name: str) -> float:
+        return result["overlaps"][name] if name in result["overlaps"] else result[name]
+
+    lines = [f"Report: {report[0]['candidate']}, {len(report)} seeds (test pieces scored once)", "",
+             "| measure | validation | test | target | verdict on test |", "|---|---:|---:|---:|---|"]  # fmt: skip
+    for name in ("nll_per_event", "nll_per_note", "nll_per_second", "duration", "polyphony", "ioi",
+                 "pitch_class", "pitch", "longest_note", "sounding_at_end"):  # fmt: skip
+        val = [measure(r, name) for r in report]
+        test = [measure(r["test"], name) for r in report]
+        target, lower = TARGETS.get(name, (None, True))
+        judged = verdict(test, target, lower_is_better=lower) if target is not None else ""
+        bar = f"{'≤' if lower else '≥'} {target:g}" if target is not None else ""
+        lines.append(f"| {name} | {spread(val, 3)} | {spread(test, 3)} | {bar} | {judged} |")
+    return "\n".join(lines) + "\n"
+
+
 def table(paths: list[Path]) -> str:
     """Markdown table of the results in ``paths``."""
     lines = ["| candidate | seed | params | steps | nll/event | nll/note | nll/second | duration | polyphony | ioi "
@@ -165,7 +222,8 @@ def table(paths: list[Path]) -> str:
             lines.append(f"| {r['candidate']} | {r['seed']} | failed: {r['error']} |")
             continue
         o = r["overlaps"]
-        lines.append(f"| {r['candidate']} | {r['seed']} | {r['parameters'] / 1e6:.2f} M | {r['steps']} | "
+        name = f"{r['candidate']} (report)" if "test" in r else r["candidate"]
+        lines.append(f"| {name} | {r['seed']} | {r['parameters'] / 1e6:.2f} M | {r['steps']} | "
                      f"{r['nll_per_event']:.3f} | {r['nll_per_note']:.3f} | {r['nll_per_second']:.3f} | "
                      f"{o['duration']:.2f} | {o['polyphony']:.2f} | {o['ioi']:.2f} | {o['pitch_class']:.2f} | "
                      f"{o['pitch']:.2f} | {r['longest_note']:.1f} | {r['sounding_at_end']:.0%} | "

@@ -1,4 +1,4 @@
-"""ViT learning quality and speed: digits vs an SVC, Fashion-MNIST in 10 minutes, positions, timm throughput.
+"""ViT learning quality and speed: digits vs an SVC, Fashion-MNIST in 10 minutes, timm throughput.
 
 Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest):
 
@@ -14,28 +14,30 @@ Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest)
     With ``--stage select``: each of ``--recipes`` (named in :data:`RECIPES`) trains for
     ``--budget`` minutes and is scored on the 6,000 **validation** images; with ``--stage report``
     the chosen recipe (``--recipes NAME``) trains for the config's 10 minutes with ``--seeds`` and
-    is scored on validation and the **test** images. Without ``--stage``, the table below:
-    ``configs/image_classification.yaml`` + ``configs/image_classification_fashion_mnist.yaml``: training stops at
-    ``trainer.max_time`` (10 minutes), then the official 10,000 test images are classified.
-``positions``
-    Both of the above with ``position: learned`` and ``position: relative2d``, same budget and seed
-    (the digits and fashion sections run both when this one is selected).
+    is scored on validation and the **test** images (``configs/image_classification.yaml`` +
+    ``configs/image_classification_fashion_mnist.yaml``: training stops at ``trainer.max_time``).
 ``throughput``
     Images/s of ViT-Ti/16 at 224x224 (ours with learned and with 2D relative positions) and timm's
     ``vit_tiny_patch16_224`` (``pretrained=False``), built and timed in the same process; rounds
     alternate between the models and the ratio to timm is the median over rounds. Train = forward,
     backward and an AdamW step; eval = forward under ``torch.inference_mode``.
 
+``--stage`` defaults to ``select``: the test images are scored only when ``--stage report`` is asked
+for, with the one position scheme or recipe a selection chose. ``--set KEY=VALUE ...`` overrides
+the configs of every digits/fashion training run (``trainer.max_epochs=20``,
+``model.init_args.model.dim=96``).
+
 Every training run and the throughput run happen in a fresh subprocess with 2 threads and
 ``OMP_WAIT_POLICY=PASSIVE`` (unless set otherwise). Run it under the shared lock so concurrent jobs do
 not distort the timings::
 
-    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py            # all (about 35 min)
-    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections digits throughput
-    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections fashion --positions relative2d
-    .venv/bin/python benchmarks/vit_quality.py --sections digits --stage select --threads 1 --parallel 2
-    .venv/bin/python benchmarks/vit_quality.py --sections digits --stage report --positions relative2d \
-        --seeds 0 1 2 --threads 1 --parallel 2      # quality only: two one-thread runs side by side
+    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections throughput
+    .venv/bin/python benchmarks/vit_quality.py --sections digits --stage select --positions learned relative2d \
+        --threads 1 --parallel 2                    # quality only: two one-thread runs side by side
+    .venv/bin/python benchmarks/vit_quality.py --sections digits --stage report --positions learned \
+        --seeds 0 1 2 --threads 1 --parallel 2
+    flock /tmp/bench.lock .venv/bin/python benchmarks/vit_quality.py --sections fashion --stage select \
+        --recipes shipped "8 heads" --budget 2.5    # the budget is time: alone on the cores
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from protocol import load, record, spread, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-SECTIONS = ("digits", "fashion", "positions", "throughput")
+SECTIONS = ("digits", "fashion", "throughput")
 
 
 def main() -> None:
@@ -67,13 +69,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds per model")
     parser.add_argument(
         "--positions", nargs="+", choices=["learned", "relative2d"], default=None,
-        help="position schemes of the digits/fashion runs (default: both with 'positions', else learned)",
+        help="digits: position schemes (default: learned)",
     )  # fmt: skip
-    parser.add_argument("--stage", choices=["select", "report"], default=None, help="digits, fashion: see above")
+    parser.add_argument("--stage", choices=["select", "report"], default="select", help="digits, fashion: see above")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="digits: seeds per configuration")
     parser.add_argument("--parallel", type=int, default=1, help="digits: training runs side by side")
     parser.add_argument("--recipes", nargs="+", default=["shipped"], help="fashion: names from RECIPES")
     parser.add_argument("--budget", type=float, default=2.5, help="fashion --stage select: minutes per recipe")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="digits, fashion: config overrides for every training run, e.g. trainer.max_epochs=20")
     parser.add_argument("--out", type=Path, default=None, help="default: outputs/vit_<section>.jsonl")
     parser.add_argument("--table", action="store_true", help="digits: print the tables of --out and stop")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -97,15 +101,10 @@ def main() -> None:
     print(
         f"# ViT benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {args.threads} threads\n"
     )
-    positions = args.positions or (["learned", "relative2d"] if "positions" in args.sections else ["learned"])
     if "digits" in args.sections:
-        digits_protocol(positions, args)
-    elif "positions" in args.sections:
-        digits_table(positions, args.threads)
-    if "fashion" in args.sections and args.stage:
+        digits_protocol(args.positions or ["learned"], args)
+    if "fashion" in args.sections:
         fashion_protocol(args)
-    elif "fashion" in args.sections or "positions" in args.sections:
-        fashion_table(positions, args.threads)
     if "throughput" in args.sections:
         throughput_table(args.threads, args.rounds)
 
@@ -115,28 +114,16 @@ def main() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def digits_table(positions: list[str], threads: int) -> None:
-    svc = _run({"kind": "svc", "threads": threads})
-    rows = {p: _run(_train_job(["image_classification.yaml"], p, threads)) for p in positions}
-    print("## digits (8x8, 1,257 train / 360 test images, fixed stratified split)\n")
-    print("| model | test accuracy | train time (s) | epochs |")
-    print("|---|---|---|---|")
-    print(f"| scikit-learn SVC(gamma=0.001) | {svc['test_acc']:.4f} | {svc['fit_s']:.1f} | - |")
-    for position, row in rows.items():
-        print(f"| ViT, {position} positions | {row['test_acc']:.4f} | {row['fit_s']:.0f} | {row['epochs']} |")
-    print()
-
-
 def digits_protocol(positions: list[str], args: argparse.Namespace) -> None:
     """Selection on the validation images or a report over seeds (test scored once); appends to ``args.out``."""
     from concurrent.futures import ThreadPoolExecutor
 
     if args.stage == "report" and len(positions) != 1:
         raise SystemExit("error: --positions: --stage report takes the one scheme chosen by --stage select")
-    args.stage = args.stage or "report"
     seeds = args.seeds[:1] if args.stage == "select" else args.seeds
     jobs = [{**_train_job(["image_classification.yaml"], position, args.threads), "seed": seed,
-             "test": args.stage == "report"} for position in positions for seed in seeds]  # fmt: skip
+             "test": args.stage == "report", "extra": _overrides(args.set)}
+            for position in positions for seed in seeds]  # fmt: skip
     if args.stage == "report" and not any(r["stage"] == "svc" for r in load(args.out)):
         record(args.out, _run({"kind": "svc", "threads": args.threads}), "svc")
     with ThreadPoolExecutor(args.parallel) as pool:
@@ -191,7 +178,7 @@ def fashion_protocol(args: argparse.Namespace) -> None:
     seeds = args.seeds[:1] if args.stage == "select" else args.seeds
     for seed in seeds:
         for name in args.recipes:
-            extra = list(RECIPES[name])
+            extra = list(RECIPES[name]) + _overrides(args.set)
             if args.stage == "select":
                 minutes = int(args.budget * 60)
                 extra.append(f"--trainer.max_time=00:00:{minutes // 60:02d}:{minutes % 60:02d}")
@@ -220,17 +207,6 @@ def fashion_protocol_tables(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fashion_table(positions: list[str], threads: int) -> None:
-    rows = {p: _run(_train_job(FASHION_CONFIGS, p, threads)) for p in positions}
-    print("## Fashion-MNIST (54,000 train / 10,000 official test images, trainer.max_time 10 min)\n")
-    print("| model | test accuracy | train time (s) | epochs | train images/s |")
-    print("|---|---|---|---|---|")
-    for position, row in rows.items():
-        print(f"| ViT, {position} positions | {row['test_acc']:.4f} | {row['fit_s']:.0f} | "
-              f"{row['epochs']:.2f} | {row['train_images_per_s']:.0f} |")  # fmt: skip
-    print()
-
-
 def throughput_table(threads: int, rounds: int) -> None:
     result = _run({"kind": "throughput", "threads": threads, "rounds": rounds})
     print(f"## Throughput, ViT-Ti/16 at 224x224 ({result['batch']} images per step, {rounds} rounds)\n")
@@ -241,6 +217,11 @@ def throughput_table(threads: int, rounds: int) -> None:
             f"| {name} | {row['train']:.2f} | {row['eval']:.2f} | {row['train_ratio']:.2f}x | {row['eval_ratio']:.2f}x |"
         )
     print()
+
+
+def _overrides(pairs: list[str]) -> list[str]:
+    """``KEY=VALUE`` pairs as Lightning CLI arguments."""
+    return [f"--{pair}" for pair in pairs]
 
 
 def _train_job(configs: list[str], position: str, threads: int) -> dict:

@@ -76,3 +76,21 @@ def test_super_resolution_cnn_matches_the_transformers_size():
     data = SuperResolutionDataModule(**config["data"]["init_args"])
     transformer = _count(super_resolution.build_task(config, data, [], None).model)
     assert abs(_count(super_resolution.PlainCNN.matching(transformer, data)) - transformer) / transformer < 0.01
+
+
+def test_text_generation_peer_is_gpt2_of_our_size():
+    pytest.importorskip("transformers")
+    import text_generation
+
+    ours, hf = _count(text_generation.our_model()), _count(text_generation.hf_model())
+    assert abs(ours - hf) / hf < 0.01, f"ours {ours:,} against GPT-2's {hf:,}"
+
+
+def test_vit_throughput_peer_is_timm_vit_tiny_of_our_size():
+    timm = pytest.importorskip("timm")
+
+    from multimodal.models import ViT, ViTConfig
+
+    theirs = _count(timm.create_model("vit_tiny_patch16_224", pretrained=False))
+    ours = _count(ViT(ViTConfig.from_preset("tiny", num_classes=1000)))
+    assert abs(ours - theirs) / theirs < 0.01, f"ours {ours:,} against timm's {theirs:,}"

@@ -77,3 +77,65 @@ def test_image_generation_select_and_report_keep_their_splits_with_ema(tmp_path)
     (report,) = [r for r in _rows(out) if r["stage"] == "report"]
     assert math.isfinite(report["test_bpd"]) and math.isfinite(report["val_bpd"])
     assert "ratio to per-pixel" in _run("image_generation.py", "--table", "--out", str(out))
+
+
+def test_vit_quality_digits_selects_on_validation_and_reports_test_against_the_svc(tmp_path):
+    out = tmp_path / "vit_digits.jsonl"
+    tiny = ["--sections", "digits", "--threads", "1", "--out", str(out), "--set", "trainer.max_epochs=1",
+            "model.init_args.model.dim=16", "model.init_args.model.num_layers=1", "model.init_args.model.ff_dim=32"]  # fmt: skip
+    _run("vit_quality.py", *tiny, "--positions", "learned", "relative2d")  # --stage select is the default
+    selected = _rows(out)
+    assert sorted(r["position"] for r in selected) == ["learned", "relative2d"]
+    assert all(r["stage"] == "select" and "test_acc" not in r and 0 <= r["val_acc"] <= 1 for r in selected)
+
+    _run("vit_quality.py", *tiny, "--stage", "report", "--positions", "learned", "--seeds", "0", "1")
+    rows = _rows(out)
+    svc = next(r for r in rows if r["stage"] == "svc")
+    assert svc["test_acc"] > 0.95  # scikit-learn's example classifier on our split
+    reported = [r for r in rows if r["stage"] == "report"]
+    assert [r["seed"] for r in reported] == [0, 1] and all(0 <= r["test_acc"] <= 1 for r in reported)
+    assert "ViT >= SVC" in _run("vit_quality.py", "--table", "--out", str(out))
+
+
+def test_super_resolution_scores_validation_photos_in_select_and_test_photos_in_report(tmp_path):
+    out = tmp_path / "super_resolution.jsonl"
+    tiny = ["--epochs", "1", "--set", "dim=16", "num_layers=1", "stem_channels=4", "--threads", "1", "--out", str(out)]
+    _run("super_resolution.py", *tiny, "--stage", "select", "--models", "transformer")
+    (selected,) = _rows(out)
+    assert "test" not in selected and [p["photo"] for p in selected["val"]] == ["chelsea", "camera", "gravel"]
+
+    _run("super_resolution.py", *tiny, "--stage", "report", "--models", "cnn")
+    report = _rows(out)[-1]
+    assert report["model"] == "cnn" and report["stage"] == "report"
+    assert [p["photo"] for p in report["test"]] == ["moon", "motorcycle", "page"]
+    # The peer is sized to the (overridden) Transformer: within 1 % of its parameters.
+    assert abs(report["parameters"] - selected["parameters"]) <= 0.01 * selected["parameters"]
+    for photo in report["test"]:  # bicubic's PSNR does not depend on the model
+        assert math.isfinite(photo["ours_psnr"]) and 15 < photo["bicubic_psnr"] < 50
+
+
+def test_music_quality_selects_on_validation_and_reports_test(tmp_path):
+    out = tmp_path / "music_quality.jsonl"
+    tiny = ["--steps", "2", "--seq-len", "32", "--batch-size", "2", "--dim", "16", "--num-layers", "1",
+            "--lstm-layers", "1", "--models", "relative", "lstm", "--out", str(out)]  # fmt: skip
+    _run("music_quality.py", *tiny, "--stage", "select", "--lrs", "1e-3")
+    selected = _rows(out)
+    assert sorted(r["model"] for r in selected) == ["lstm", "relative"]
+    assert all("test_nll" not in r and math.isfinite(r["val_nll"]) for r in selected), "select touched test"
+    _run("music_quality.py", *tiny, "--stage", "report", "--lr", "relative=1e-3", "lstm=1e-3", "--seeds", "0")
+    reported = [r for r in _rows(out) if r["stage"] == "report"]
+    assert sorted(r["model"] for r in reported) == ["lstm", "relative"]
+    assert all(math.isfinite(r["test_nll"]) for r in reported)
+
+
+def test_music_demo_sweep_reports_the_chosen_candidate_on_the_test_pieces(tmp_path):
+    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "music_demo_sweep.py"), "--stage", "report",
+                              "--candidates", "3x128", "2x128-lr2e-3"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert refused.returncode == 2 and "the one candidate" in refused.stderr
+    table = _run("music_demo_sweep.py", "--stage", "report", "--candidates", "2x128-duration-lr3e-3",
+                 "--minutes", "0.05", "--out", str(tmp_path))  # fmt: skip
+    (result,) = [json.loads(path.read_text()) for path in tmp_path.glob("*/result.json")]
+    val, test = result, result["test"]
+    # Different pieces: the validation and test splits of the chorales score differently.
+    assert math.isfinite(test["nll_per_second"]) and test["nll_per_event"] != val["nll_per_event"]
+    assert "| nll_per_second |" in table and "≤ 32.8" in table and "not met" in table  # a few steps learn little
