@@ -8,10 +8,10 @@ that chooses); ``--stage report`` trains the one chosen candidate for ``--seeds`
 validation and, once, the **test** pieces, then prints mean ± sd over seeds and the demo's
 targets (:data:`TARGETS`) with the protocol's verdict (met only by more than one sd). Measures:
 
-    nll/event, nll/note, nll/second   validation NLL of the best checkpoint (per event compares runs
+    nll/event, nll/note, nll/second   NLL of the best checkpoint (per event compares runs
                                       of one vocabulary; per note and per second compare across)
     overlaps                          duration / polyphony / ioi / pitch_class / pitch histogram
-                                      overlaps of continuations of 8 validation primers (6 s, 512
+                                      overlaps of continuations of 8 primers of the split (6 s, 512
                                       new events, top-p 0.95, the demo's sampling) with the real ones
     longest note, at end              longest generated note (s) and share of notes sounding at the end
 
@@ -90,16 +90,17 @@ def main() -> None:
             old = json.loads(path.read_text())
             if "error" in old:
                 continue
-            new = {**old, **evaluate(best_checkpoint(path.parent))}
+            checkpoint = best_checkpoint(path.parent)
+            new = {**old, **evaluate(checkpoint)}
             if "test" in old:
-                new["test"] = evaluate(best_checkpoint(path.parent), "test")
+                new["test"] = evaluate(checkpoint, "test")
             path.write_text(json.dumps(new, indent=2) + "\n")
             print(json.dumps(new), flush=True)
         print(tables(sorted(args.reevaluate.glob("*/result.json"))))
         return
     for seed in args.seeds:
         for name in args.candidates:
-            folder = args.out / f"{name}-seed{seed}" if args.stage == "select" else args.out / f"{name}-seed{seed}-report"
+            folder = args.out / (f"{name}-seed{seed}" + ("-report" if args.stage == "report" else ""))
             folder.mkdir(parents=True, exist_ok=True)
             result = run_candidate(name, seed, args.minutes, folder, test=args.stage == "report")
             (folder / "result.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -149,17 +150,17 @@ def evaluate(checkpoint: Path, split: str = "val") -> dict:
     task, tokenizer = load_task(checkpoint)
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     seq_len = saved["datamodule_hyper_parameters"]["seq_len"]
-    validation = run_pieces(checkpoint, split)
+    pieces = run_pieces(checkpoint, split)
     score = MusicScore(0.0, 0, 0, 0.0)
-    for notes in validation.notes:
+    for notes in pieces.notes:
         score = score + score_music(task.model, tokenizer, notes, seq_len)
     start = time.perf_counter()
     generated, reference, _ = evaluate_continuations(
-        task.model, tokenizer, validation.notes[:8], primer_seconds=6.0, max_new_tokens=512, top_p=0.95, seed=0
+        task.model, tokenizer, pieces.notes[:8], primer_seconds=6.0, max_new_tokens=512, top_p=0.95, seed=0
     )
     generation_seconds = time.perf_counter() - start
-    events = sum(len(tokenizer.encode_notes(notes)) for notes in validation.notes)
-    music_seconds = sum(float(notes[:, 2].max()) for notes in validation.notes)
+    events = sum(len(tokenizer.encode_notes(notes)) for notes in pieces.notes)
+    music_seconds = sum(float(notes[:, 2].max()) for notes in pieces.notes)
     return {
         "steps": torch.load(checkpoint.with_name("last.ckpt"), map_location="cpu", weights_only=True)["global_step"],
         "best_step": saved["global_step"], "parameters": sum(p.numel() for p in task.model.parameters()),
@@ -185,7 +186,7 @@ def tables(paths: list[Path]) -> str:
     """The per-run table of every result in ``paths``, then the report (test pieces, mean ± sd) if any ran."""
     results = [json.loads(path.read_text()) for path in paths]
     report = [r for r in results if "test" in r]
-    text = table(paths)
+    text = table(results)
     if report:
         text += "\n" + report_table(report)
     return text
@@ -211,13 +212,12 @@ def report_table(report: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def table(paths: list[Path]) -> str:
-    """Markdown table of the results in ``paths``."""
+def table(results: list[dict]) -> str:
+    """Markdown table of one row per run result."""
     lines = ["| candidate | seed | params | steps | nll/event | nll/note | nll/second | duration | polyphony | ioi "
              "| pitch class | pitch | longest note s | at end | events / s of music | music s generated / s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for path in paths:
-        r = json.loads(path.read_text())
+    for r in results:
         if "error" in r:
             lines.append(f"| {r['candidate']} | {r['seed']} | failed: {r['error']} |")
             continue

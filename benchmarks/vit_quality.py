@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds per model")
     parser.add_argument(
-        "--positions", nargs="+", choices=["learned", "relative2d"], default=None,
+        "--positions", nargs="+", choices=["learned", "relative2d"], default=["learned"],
         help="digits: position schemes (default: learned)",
     )  # fmt: skip
     parser.add_argument("--stage", choices=["select", "report"], default="select", help="digits, fashion: see above")
@@ -102,7 +102,7 @@ def main() -> None:
         f"# ViT benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {args.threads} threads\n"
     )
     if "digits" in args.sections:
-        digits_protocol(args.positions or ["learned"], args)
+        digits_protocol(args.positions, args)
     if "fashion" in args.sections:
         fashion_protocol(args)
     if "throughput" in args.sections:
