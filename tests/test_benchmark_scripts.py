@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -139,3 +141,32 @@ def test_music_demo_sweep_reports_the_chosen_candidate_on_the_test_pieces(tmp_pa
     # Different pieces: the validation and test splits of the chorales score differently.
     assert math.isfinite(test["nll_per_second"]) and test["nll_per_event"] != val["nll_per_event"]
     assert "| nll_per_second |" in table and "≤ 32.8" in table and "not met" in table  # a few steps learn little
+
+
+SPEED_SCRIPTS = {  # script: (tiny arguments, rows its table must hold) -- the scripts run, the times are not judged
+    "fused_loss.py": (["--batch-size", "2", "--seq-len", "16", "--chunks", "8", "--rounds", "1", "--threads", "1"],
+                      ["| plain |", "| chunk 8 |"]),
+    "gqa_decoding.py": (["--kv-heads", "8", "1", "--contexts", "32", "--batches", "1", "--steps", "2", "--rounds", "1",
+                         "--threads", "1"], ["| 1 | 32 | 8 |", "| 1 | 32 | 1 |"]),
+    "midi_tokenizer.py": (["--limit", "3", "--repeats", "1"], ["| encode parsed piece → ids |", "| decode ids"]),
+    "text_throughput.py": (["--rounds", "1", "--steps", "1", "--batch-size", "1", "--seq-len", "16", "--threads", "1"],
+                           ["| ours |", "| hf_gpt2 |", "| x_transformers |", "| minimal_sdpa |"]),
+    "text_generation.py": (["--prompt-len", "4", "--new-tokens", "4", "--rounds", "1", "--contexts", "8", "16",
+                            "--threads", "1"], ["| hf_gpt2 |", "| 16 |"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("script", sorted(SPEED_SCRIPTS))
+def test_speed_benchmark_runs_at_a_tiny_size_and_prints_every_contender(script):
+    args, rows = SPEED_SCRIPTS[script]
+    printed = _run(script, *args)
+    assert all(row in printed for row in rows), printed[-2000:]
+
+
+def test_length_extrapolation_scores_every_scheme_at_every_length(tmp_path):
+    out = tmp_path / "length_extrapolation.jsonl"
+    _run("length_extrapolation.py", "--schemes", "rotary", "alibi", "--seeds", "0", "--steps", "2", "--batch-size", "2",
+         "--train-len", "16", "--factors", "1", "2", "--eval-tokens", "256", "--out", str(out))  # fmt: skip
+    rows = _rows(out)
+    assert sorted(r["scheme"] for r in rows) == ["alibi", "rotary"]
+    assert all(math.isfinite(r["nll@1x"]) and math.isfinite(r["nll@2x"]) for r in rows)
