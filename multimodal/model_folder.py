@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import json
 import tempfile
 from collections.abc import Callable
@@ -29,6 +28,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from multimodal.class_paths import import_class
 from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.layers.lora import LoRALinear, merge_lora
 from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, ViTConfig
@@ -43,6 +43,8 @@ from multimodal.models.super_resolution import (
 from multimodal.models.vit import ViT
 
 FORMAT = "multimodal-model"
+TOKENIZER_PACKAGES = ("multimodal.tokenizers",)
+"""Where the tokenizer class a checkpoint or model folder names may come from."""
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, README_FILE = "config.json", "model.safetensors", "tokenizer.json", "README.md"
 
 #: Model family name -> (config class, model class). The only classes a model folder can name.
@@ -155,16 +157,22 @@ def build_model(family: str, config: dict[str, Any]) -> nn.Module:
     return model_class(config_class(**config))
 
 
-def load_tokenizer(class_path: str, json_text: str) -> Any:
-    """A tokenizer from its JSON, its class taken from ``multimodal.tokenizers.`` only."""
-    if not class_path.startswith("multimodal.tokenizers."):
-        raise ValueError(f"refusing to import {class_path!r}: only multimodal.tokenizers.* classes load")
-    module, _, name = class_path.rpartition(".")
-    tokenizer_class = getattr(importlib.import_module(module), name)
+def load_tokenizer(class_path: str, json_text: str, source: str = "model folder") -> Any:
+    """A tokenizer from its JSON; its class is checked to be one of ``multimodal.tokenizers`` before any import.
+
+    ``source`` names the user's file (checkpoint, folder) in messages, not the scratch file the JSON
+    passes through.
+    """
+    tokenizer_class = import_class(class_path, packages=TOKENIZER_PACKAGES, source=source)
+    if not callable(getattr(tokenizer_class, "load", None)):
+        raise ValueError(f"{source}: {class_path!r} is not a tokenizer (it has no load)")
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / TOKENIZER_FILE
         path.write_text(json_text, encoding="utf-8")
-        return tokenizer_class.load(path)
+        try:
+            return tokenizer_class.load(path)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{source}: its tokenizer does not load ({' '.join(str(error).split())[:200]})") from error
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any | None]:
@@ -188,7 +196,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Modul
                              f"unexpected {sorted(unexpected)[:5]}")  # fmt: skip
         tokenizer = None
         if "tokenizer_class" in meta:
-            tokenizer = load_tokenizer(meta["tokenizer_class"], (path / TOKENIZER_FILE).read_text(encoding="utf-8"))
+            tokenizer = load_tokenizer(meta["tokenizer_class"], (path / TOKENIZER_FILE).read_text(encoding="utf-8"),
+                                       source=str(path / TOKENIZER_FILE))
         return model.to(device).eval(), tokenizer
     return _load_checkpoint(path, device)
 
@@ -217,7 +226,7 @@ def _load_checkpoint(path: Path, device: str | torch.device) -> tuple[nn.Module,
     model = build_model(family, config)
     state = {name[len("model.") :]: value for name, value in checkpoint["state_dict"].items() if name.startswith("model.")}
     model.load_state_dict(state)
-    tokenizer = load_tokenizer(entry["tokenizer_class"], entry["tokenizer"]) if "tokenizer" in entry else None
+    tokenizer = load_tokenizer(entry.get("tokenizer_class", ""), entry["tokenizer"], source=str(path)) if "tokenizer" in entry else None
     return model.to(device).eval(), tokenizer
 
 

@@ -8,7 +8,6 @@ path and the tokenizer's JSON. :func:`load_task` rebuilds both with
 from __future__ import annotations
 
 import contextlib
-import importlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_model
 
+from multimodal.class_paths import check_config_class_paths, import_class
 from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.model_folder import (
+    CONFIG_FILE,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     family_of,
@@ -66,7 +67,7 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
     if entry is None:
         raise ValueError(f"{path} was not written by a multimodal task (no 'multimodal' entry); "
                          f"train with `multimodal fit` to get a self-contained checkpoint")  # fmt: skip
-    task_class, arguments = checkpoint_task(entry, checkpoint.get("hyper_parameters", {}))
+    task_class, arguments = checkpoint_task(entry, checkpoint.get("hyper_parameters", {}), str(path))
     # A run trained with compile: true is rebuilt eager: the commands score and sample, and
     # compiling for that (on a CPU, per window shape) would cost more than it saves.
     task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
@@ -75,11 +76,7 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
     task.eval()
     tokenizer = None
     if "tokenizer" in entry:
-        tokenizer_class = _class_at(entry["tokenizer_class"], allowed_prefix="multimodal.tokenizers.")
-        with tempfile.TemporaryDirectory() as folder:
-            tokenizer_path = Path(folder) / "tokenizer.json"
-            tokenizer_path.write_text(entry["tokenizer"])
-            tokenizer = tokenizer_class.load(tokenizer_path)
+        tokenizer = load_tokenizer(entry.get("tokenizer_class", ""), entry["tokenizer"], source=str(path))
     return task, tokenizer
 
 
@@ -89,7 +86,8 @@ def _load_task_folder(folder: Path, map_location: str) -> tuple[Any, Any | None]
     if "task" not in meta:
         raise ValueError(f"{folder}: this model folder names no task (a converted model?); load it in Python with "
                          f"multimodal.load")  # fmt: skip
-    task_class, arguments = checkpoint_task({"task": meta["task"]}, {**meta.get("task_settings", {}), "model": meta["model"]})
+    task_class, arguments = checkpoint_task({"task": meta["task"]}, {**meta.get("task_settings", {}), "model": meta["model"]},
+                                            str(folder / CONFIG_FILE))
     task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
     missing, unexpected = load_model(task.model, str(folder / WEIGHTS_FILE), strict=False)
     if missing or unexpected:
@@ -97,14 +95,25 @@ def _load_task_folder(folder: Path, map_location: str) -> tuple[Any, Any | None]
                          f"unexpected {sorted(unexpected)[:5]}")  # fmt: skip
     tokenizer = None
     if "tokenizer_class" in meta:
-        tokenizer = load_tokenizer(meta["tokenizer_class"], (folder / TOKENIZER_FILE).read_text(encoding="utf-8"))
+        tokenizer = load_tokenizer(meta["tokenizer_class"], (folder / TOKENIZER_FILE).read_text(encoding="utf-8"),
+                                   source=str(folder / TOKENIZER_FILE))
     return task.to(map_location).eval(), tokenizer
 
 
+#: Data settings that name files or folders. A model folder travels between machines, so the paths
+#: in it are not followed (``midi_dir: /etc`` would make ``generate`` scan /etc for primers).
+PATH_SETTINGS = frozenset({"midi_dir", "root", "predict_dir", "train_files", "val_files", "test_files", "tokenizer"})
+
+
 def data_settings(path: str | Path) -> dict[str, Any]:
-    """The data module's settings of the run that made a checkpoint or model folder (``{}`` if not recorded)."""
+    """The data module's settings of the run that made a checkpoint or model folder (``{}`` if not recorded).
+
+    A model folder's settings come without :data:`PATH_SETTINGS`: commands fall back to the
+    built-in data (or ask for a file) instead of reading where a folder from elsewhere points.
+    """
     if is_model_folder(path):
-        return read_model_folder(path).get("data", {})
+        data = read_model_folder(path).get("data", {})
+        return {key: value for key, value in data.items() if key not in PATH_SETTINGS} if isinstance(data, dict) else {}
     return read_checkpoint(path).get("datamodule_hyper_parameters", {}) or {}
 
 
@@ -141,22 +150,29 @@ def read_task_checkpoint(path: str | Path, stack: str | None = None) -> Export:
     return export_from_state_dict(state, config if isinstance(config, dict) else {}, str(path), stack)
 
 
-def checkpoint_task(entry: dict[str, str], hyper_parameters: dict[str, Any]) -> tuple[type, dict[str, Any]]:
-    """The task class (from our ``tasks.`` package only) and init arguments a checkpoint's entry names."""
-    from tasks.registry import LEGACY_TASK_PATHS
+def checkpoint_task(entry: dict[str, str], hyper_parameters: dict[str, Any], source: str = "checkpoint") -> tuple[type, dict[str, Any]]:
+    """The task class and init arguments a checkpoint's (or model folder's) entry names.
 
-    task_class = _class_at(LEGACY_TASK_PATHS.get(entry["task"], entry["task"]), allowed_prefix="tasks.")
+    The class must be a registered task (:data:`tasks.registry.TASKS`, or a path earlier versions
+    wrote) and a :class:`tasks.base.Task`; every class path in the hyper-parameters must be trusted
+    (:func:`multimodal.class_paths.check_config_class_paths`). Both are checked before any import.
+    ``source`` names the file for messages.
+    """
+    from tasks.base import Task
+    from tasks.registry import LEGACY_TASK_PATHS, TASKS
+
+    named = entry.get("task")
+    path = LEGACY_TASK_PATHS.get(named, named) if isinstance(named, str) else None
+    if path not in TASKS.values():
+        raise ValueError(f"{source}: refusing to import {named!r}: a checkpoint may name only a registered task "
+                         f"({', '.join(sorted(TASKS))})")  # fmt: skip
+    if not isinstance(hyper_parameters, dict):
+        raise ValueError(f"{source}: its hyper-parameters are a {type(hyper_parameters).__name__}, not a mapping")
+    check_config_class_paths(hyper_parameters, f"{source} hyper-parameters")
+    task_class = import_class(path, packages=(path.rpartition(".")[0],), base=Task, source=source)
     upgrade = getattr(task_class, "checkpoint_class", None)
     return upgrade(hyper_parameters) if upgrade is not None else (task_class, hyper_parameters)
 
 
 def _path_of(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _class_at(path: str, allowed_prefix: str) -> type:
-    """Imports a class by dotted path, only from our own packages (a checkpoint names no other code)."""
-    if not path.startswith(allowed_prefix):
-        raise ValueError(f"refusing to import {path!r} named by a checkpoint: only {allowed_prefix}* classes load")
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from multimodal.class_paths import check_config_class_paths
 from tasks.commands import COMMANDS
 from tasks.registry import TASKS
 
@@ -78,6 +79,7 @@ def task_class_from_args(argv: Sequence[str]) -> type | None:
                 loaded = yaml.safe_load(Path(value).read_text())
             except yaml.YAMLError as error:
                 raise ValueError(f"{value}: not valid YAML ({' '.join(str(error).split())})") from error
+            check_config_class_paths(loaded, value)
             section = (loaded if isinstance(loaded, dict) else {}).get("model")
             if isinstance(section, dict) and "class_path" in section:
                 class_path = section["class_path"]
@@ -100,9 +102,9 @@ def _option_value(argv: Sequence[str], index: int, names: tuple[str, ...]) -> st
 
 
 def _resolve_task(class_path: str) -> type | None:
-    """A task class by full path (our ``tasks.`` package only) or by its short registered name."""
+    """A registered task class, by full path or by its short name (None for anything else)."""
     class_path = TASKS.get(class_path, class_path)
-    if not class_path.startswith("tasks."):
+    if class_path not in TASKS.values():
         return None  # LightningCLI reports a class it cannot use itself
     module, _, name = class_path.rpartition(".")
     try:

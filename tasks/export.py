@@ -71,9 +71,19 @@ def describe_run(task: Any, saved: dict[str, Any], path: Path, run_config: Path 
 
 
 def _run_config(checkpoint: Path) -> Path | None:
-    """The ``config.yaml`` Lightning saved in the checkpoint's run folder, if the checkpoint lies in one."""
+    """The ``config.yaml`` Lightning saved in the checkpoint's run folder, if the checkpoint lies in one.
+
+    A ``config.yaml`` that is a link to somewhere outside the run folder is refused: the export
+    would copy whatever file it points to into the folder a user may share.
+    """
     run = run_of(checkpoint)
     if run is None:
         return None
-    config = run[0] / RUNS / run[1] / "config.yaml"
-    return config if config.is_file() else None
+    folder = run[0] / RUNS / run[1]
+    config = folder / "config.yaml"
+    if not config.is_file():
+        return None
+    if not config.resolve().is_relative_to(folder.resolve()):
+        raise ValueError(f"{config}: a link to {config.resolve()}, outside the run folder; an export copies only the "
+                         f"run's own config (replace the link with the file)")  # fmt: skip
+    return config

@@ -101,7 +101,7 @@ class MultimodalCLI(LightningCLI):
         if entry is None or not hparams:
             self.parser.error(f"--ckpt_path {ckpt_path}: not written by a multimodal task (no 'multimodal' entry)")
         try:
-            task_class, arguments = checkpoint_task(entry, hparams)
+            task_class, arguments = checkpoint_task(entry, hparams, ckpt_path)
         except (ValueError, ImportError, AttributeError) as error:
             self.parser.error(f"--ckpt_path {ckpt_path}: {error}")
         found = f"{task_class.__module__}.{task_class.__qualname__}"

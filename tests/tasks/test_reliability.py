@@ -155,6 +155,131 @@ def test_a_checkpoint_cannot_choose_the_task_or_import_code(runs, tmp_path, caps
     assert "--weights_only" in line and "unpickling" in line
 
 
+def test_a_checkpoint_may_name_only_a_registered_task_class(runs, tmp_path, capsys, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "config.json").write_text("the user's own file\n")
+    checkpoint = torch.load(runs["music"], weights_only=True)
+    # Functions under tasks.: the CLI's entry point told to export over the victim folder, and the export itself.
+    for task, hyper_parameters in [
+        ("tasks.cli.main", {"argv": ["export", "--checkpoint", str(runs["music"]), "--out", str(victim), "--overwrite"]}),
+        ("tasks.export.export_model_folder", {"checkpoint": str(runs["music"]), "out": str(victim)}),
+        ("tasks.base.Task", checkpoint["hyper_parameters"]),  # the base class is no registered task either
+    ]:
+        planted = {**checkpoint, "multimodal": {**checkpoint["multimodal"], "task": task}, "hyper_parameters": hyper_parameters}
+        path = tmp_path / "planted.ckpt"
+        torch.save(planted, path)
+        line = one_line_error(["perplexity", "--checkpoint", path, tmp_path / "missing.mid"], capsys, monkeypatch)
+        assert f"refusing to import {task!r}" in line and "registered task" in line
+        line = one_line_error(["validate", *MUSIC, "--ckpt_path", path], capsys, monkeypatch)
+        assert f"refusing to import {task!r}" in line
+    assert sorted(path.name for path in victim.iterdir()) == ["config.json"]
+    assert (victim / "config.json").read_text() == "the user's own file\n"
+
+
+@pytest.mark.parametrize("where", ["optimizer", "optimizer_string", "callback", "instantiator"])
+def test_no_class_path_from_a_file_is_imported_unless_trusted(runs, tmp_path, capsys, monkeypatch, where):
+    monkeypatch.chdir(tmp_path)
+    checkpoint = torch.load(runs["music"], weights_only=True)
+    zen = {"class_path": "this.Zen"}
+    if where in ("optimizer", "optimizer_string", "instantiator"):
+        key, value = {"optimizer": ("optimizer", zen), "optimizer_string": ("optimizer", "this.Zen"),
+                      "instantiator": ("_instantiator", "this.Zen")}[where]  # fmt: skip
+        checkpoint["hyper_parameters"][key] = value
+        planted = tmp_path / "planted.ckpt"
+        torch.save(checkpoint, planted)
+        for argv in (["validate", *MUSIC, "--ckpt_path", planted], ["generate", "--checkpoint", planted]):
+            line = one_line_error(argv, capsys, monkeypatch)
+            assert "refusing to import 'this.Zen'" in line
+            assert "Zen of Python" not in capsys.readouterr().out
+    # The same class paths in a config file: refused before LightningCLI reads it.
+    config = tmp_path / "zen.yaml"
+    config.write_text({"optimizer": "model:\n  init_args:\n    optimizer:\n      class_path: this.Zen\n",
+                       "optimizer_string": "model:\n  init_args:\n    optimizer: this.Zen\n",
+                       "callback": "trainer:\n  callbacks:\n    - class_path: this.Zen\n",
+                       "instantiator": "model:\n  init_args:\n    _instantiator: this.Zen\n"}[where])  # fmt: skip
+    line = one_line_error(["fit", *MUSIC, "--config", config], capsys, monkeypatch)
+    assert "zen.yaml" in line and "refusing to import 'this.Zen'" in line
+    assert "Zen of Python" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tokenizer_class", ["json.JSONDecoder", "multimodal.tokenizers.midi.torch",
+                                             "multimodal.tokenizers.midi.notes_from_midi", "multimodal.tokenizersx.T"])
+def test_a_checkpoint_names_only_a_tokenizer_class_of_ours(runs, tmp_path, capsys, monkeypatch, tokenizer_class):
+    checkpoint = torch.load(runs["music"], weights_only=True)
+    checkpoint["multimodal"]["tokenizer_class"] = tokenizer_class
+    planted = tmp_path / "planted.ckpt"
+    torch.save(checkpoint, planted)
+    line = one_line_error(["generate", "--checkpoint", planted], capsys, monkeypatch)
+    assert str(planted) in line and tokenizer_class in line
+    assert "tmp" not in line.replace(str(tmp_path), "")  # the user's file, not a scratch copy
+
+
+def test_a_users_own_package_can_be_trusted_by_name(monkeypatch):
+    from multimodal.class_paths import check_config_class_paths
+
+    config = {"trainer": {"callbacks": [{"class_path": "my_lab.callbacks.Probe"}]}}
+    with pytest.raises(ValueError, match="my_lab.callbacks.Probe"):
+        check_config_class_paths(config, "lab.yaml")
+    monkeypatch.setenv("MULTIMODAL_TRUSTED_PACKAGES", "my_lab")
+    check_config_class_paths(config, "lab.yaml")
+    with pytest.raises(ValueError, match="my_labs"):  # a package, not a prefix of a name
+        check_config_class_paths({"optimizer": "my_labs.Evil"}, "lab.yaml")
+
+
+def test_export_refuses_a_run_config_that_links_outside_the_run(runs, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    run = tmp_path / "outputs/lightning_logs/version_0"
+    shutil.copytree(runs["music"].parents[1], run)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for sharing\n")
+    (run / "config.yaml").unlink(missing_ok=True)
+    (run / "config.yaml").symlink_to(secret)
+    out = tmp_path / "exported"
+    line = one_line_error(["export", "--checkpoint", run / "checkpoints/last.ckpt", "--out", out], capsys, monkeypatch)
+    assert "config.yaml" in line and "outside the run folder" in line
+    assert not out.exists()
+    (run / "config.yaml").unlink()
+    (run / "config.yaml").symlink_to(run / "hparams.yaml" if (run / "hparams.yaml").exists() else secret)
+    if (run / "hparams.yaml").exists():  # a link inside the run folder is the run's own file
+        main(["export", "--checkpoint", str(run / "checkpoints/last.ckpt"), "--out", str(out)])
+        assert (out / "training_config.yaml").read_text() == (run / "hparams.yaml").read_text()
+
+
+def test_paths_inside_a_model_folder_are_not_followed(runs, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from multimodal.data.midi_cache import default_cache_dir
+
+    folder = tmp_path / "model"
+    main(["export", "--checkpoint", str(runs["music"]), "--out", str(folder)])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(_one_midi_file(tmp_path), elsewhere / "piece.mid")
+    meta = json.loads((folder / "config.json").read_text())
+    meta["data"] = {**meta.get("data", {}), "midi_dir": str(elsewhere)}
+    (folder / "config.json").write_text(json.dumps(meta))
+    before = sorted(elsewhere.rglob("*"))
+    main(["generate", "--checkpoint", str(folder), "--max-new-tokens", "8", "--out", str(tmp_path / "out"), "--no-audio"])
+    assert sorted(elsewhere.rglob("*")) == before
+    assert not default_cache_dir(elsewhere).exists()
+    assert list((tmp_path / "out").glob("*.mid"))
+
+
+def _one_midi_file(folder: Path) -> Path:
+    import pretty_midi
+
+    midi = pretty_midi.PrettyMIDI()
+    piano = pretty_midi.Instrument(program=0)
+    piano.notes.append(pretty_midi.Note(velocity=80, pitch=60, start=0.0, end=1.0))
+    midi.instruments.append(piano)
+    path = folder / "one.mid"
+    midi.write(str(path))
+    return path
+
+
 def test_tokenizers_refuse_ids_that_are_not_theirs():
     midi = MidiTokenizer()
     with pytest.raises(ValueError, match="integers"):
