@@ -154,11 +154,12 @@ def checkpoint_task(entry: dict[str, str], hyper_parameters: dict[str, Any], sou
     """The task class and init arguments a checkpoint's (or model folder's) entry names.
 
     The class must be a registered task (:data:`tasks.registry.TASKS`, or a path earlier versions
-    wrote) and a :class:`tasks.base.Task`; every class path in the hyper-parameters must be trusted
+    wrote) and a ``LightningModule``; every class path in the hyper-parameters must be trusted
     (:func:`multimodal.class_paths.check_config_class_paths`). Both are checked before any import.
     ``source`` names the file for messages.
     """
-    from tasks.base import Task
+    from pytorch_lightning import LightningModule
+
     from tasks.registry import LEGACY_TASK_PATHS, TASKS
 
     named = entry.get("task")
@@ -169,7 +170,7 @@ def checkpoint_task(entry: dict[str, str], hyper_parameters: dict[str, Any], sou
     if not isinstance(hyper_parameters, dict):
         raise ValueError(f"{source}: its hyper-parameters are a {type(hyper_parameters).__name__}, not a mapping")
     check_config_class_paths(hyper_parameters, f"{source} hyper-parameters")
-    task_class = import_class(path, packages=(path.rpartition(".")[0],), base=Task, source=source)
+    task_class = import_class(path, packages=(path.rpartition(".")[0],), base=LightningModule, source=source)
     upgrade = getattr(task_class, "checkpoint_class", None)
     return upgrade(hyper_parameters) if upgrade is not None else (task_class, hyper_parameters)
 
