@@ -100,7 +100,7 @@ def _measure(name: str, length: int, mode: str, repeats: int) -> dict:
 
 
 def _table(heads: int, head_dim: int, length: int):
-    from multimodal.layers.relative import RelativePositionEmbedding
+    from multimodal.layers.positions.relative import RelativePositionEmbedding
 
     return RelativePositionEmbedding(heads, head_dim, length - 1, causal=True)
 
@@ -111,7 +111,7 @@ def _implementation(name: str, table, query_offset: int):
 
     from multimodal.layers.attend import attend
     from multimodal.layers.positions import ALiBiPositions, RotaryPositions
-    from multimodal.layers.relative import relative_attention
+    from multimodal.layers.positions.relative import relative_attention
 
     if name.startswith("ours_b"):
         block_size = int(name.removeprefix("ours_b"))

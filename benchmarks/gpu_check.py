@@ -371,7 +371,7 @@ def _time_attention(name: str, length: int, mode: str, device: str) -> tuple[flo
     import torch
     import torch.nn.functional as F
 
-    from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
+    from multimodal.layers.positions.relative import RelativePositionEmbedding, relative_attention
 
     heads, head_dim = 8, 64
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -33,7 +33,7 @@ agree, or the error lists every mismatch. Position tables are the exception — 
   exactly the trained ones), linearly interpolated when it is longer;
 * 1D relative tables: cropped, or padded with the clipped edge distance (which is what the old
   model computed for those distances anyway);
-* 2D relative tables: :func:`~multimodal.layers.relative2d.resample_offset_table`.
+* 2D relative tables: :func:`~multimodal.layers.positions.relative2d.resample_offset_table`.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from multimodal.layers.positions.resample import (
     resize_positions,
     resize_relative_table,
 )
-from multimodal.layers.relative import RelativePositionEmbedding
-from multimodal.layers.relative2d import RelativePosition2D
+from multimodal.layers.positions.relative import RelativePositionEmbedding
+from multimodal.layers.positions.relative2d import RelativePosition2D
 
 
 def resize_table(

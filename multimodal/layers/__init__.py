@@ -14,8 +14,8 @@ from multimodal.layers.positions import (
     RotaryPositions,
     SinusoidalPositions,
 )
-from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
-from multimodal.layers.relative2d import RelativePosition2D
+from multimodal.layers.positions.relative import RelativePositionEmbedding, relative_attention
+from multimodal.layers.positions.relative2d import RelativePosition2D
 from multimodal.layers.stack import Decoder, Encoder, TransformerStack, compile_blocks
 
 __all__ = [

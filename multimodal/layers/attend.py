@@ -3,7 +3,7 @@
 Two paths compute the same thing:
 
 * :func:`attend` — the fast path used by the model: the position scheme's fused kernel when it
-  has one (the skewed relative kernel of :mod:`multimodal.layers.relative`, FlexAttention on a
+  has one (the skewed relative kernel of :mod:`multimodal.layers.positions.relative`, FlexAttention on a
   GPU; query-blocked ALiBi), else ``scaled_dot_product_attention`` with the scheme's logits bias
   (none for rotary, which turned q and k before);
 * :func:`attend_reference` — plain PyTorch that materialises every logit. Slow and quadratic in

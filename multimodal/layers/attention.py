@@ -13,7 +13,6 @@ from multimodal.layers.attend import attend, attend_reference
 from multimodal.layers.cache import KVCache
 from multimodal.layers.local import LocalAttention
 from multimodal.layers.positions.base import AttentionPosition
-from multimodal.layers.relative2d import RelativePosition2D
 
 
 class MultiHeadAttention(nn.Module):
@@ -124,8 +123,8 @@ class MultiHeadAttention(nn.Module):
                     positions = torch.arange(x.shape[1], device=x.device) + query_offset
                 q, k = self.position.rotate(q, positions), self.position.rotate(k, positions)
             if cache is not None:
-                if isinstance(self.position, RelativePosition2D):
-                    raise ValueError("2D relative positions have no KV-cached decoding; run full forwards")
+                if self.position is not None and not self.position.supports_cache:
+                    raise ValueError(f"{type(self.position).__name__} has no KV-cached decoding; run full forwards")
                 k, v = cache.append(k, v)
             if num_queries is not None:
                 q = q[:, :, :num_queries]

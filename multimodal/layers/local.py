@@ -43,7 +43,6 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from multimodal.layers.positions.base import AttentionPosition
-from multimodal.layers.positions.grid import GridOffsets
 
 if TYPE_CHECKING:
     from multimodal.layers.config import TransformerConfig
@@ -143,9 +142,7 @@ class LocalAttention(nn.Module):
         """The position scheme's (scaled) logit term for every (query, key) pair of the blocks; None without one."""
         if position is None:
             return None
-        if isinstance(position, GridOffsets):
-            return position.grid_bias(q, query_pos, key_pos, self._grid(grid_width))
-        return position.bias(q, query_pos, key_pos)
+        return position.bias(q, query_pos, key_pos, self._grid(grid_width) if self.pattern == "local2d" else None)
 
     def _grid(self, grid_width: int | None = None) -> int:
         width = grid_width if grid_width is not None else self.grid_width

@@ -5,7 +5,7 @@ flattened ``(p1 p2 c)``), linearly embedded, prefixed with a class token (``pool
 run through a bidirectional :class:`~multimodal.layers.Encoder` (pre-norm blocks, fused ``qkv``,
 exact GELU, final LayerNorm — timm's ``VisionTransformer`` layout). Positions are either learned
 absolute embeddings added to the tokens (``position="learned"``, ViT's own) or 2D relative offsets
-inside every attention layer (``position="relative2d"``, :mod:`multimodal.layers.relative2d`).
+inside every attention layer (``position="relative2d"``, :mod:`multimodal.layers.positions.relative2d`).
 
 Names follow timm where a concept is the same: ``patch_embed``, ``cls_token``, ``forward_features``,
 ``forward_head``, ``head``, ``no_weight_decay``. The absolute position table is

@@ -11,7 +11,7 @@ from multimodal.layers import (
     attend,
     attend_reference,
 )
-from multimodal.layers.relative import RelativePositionEmbedding
+from multimodal.layers.positions.relative import RelativePositionEmbedding
 
 SCHEMES = ["none", "sinusoidal", "learned", "relative"]
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
+from multimodal.layers.positions.relative import RelativePositionEmbedding, relative_attention
 
 
 def naive_shaw_attention(q, k, v, table, *, causal, max_distance, query_offset=0, key_padding_mask=None):

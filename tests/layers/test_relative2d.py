@@ -161,3 +161,12 @@ def test_configuration_errors_say_how_to_fix():
         RelativePosition2D(2, 4, (3, 3))(torch.randn(1, 2, 8, 4))
     with pytest.raises(ValueError, match="cross-attention"):
         MultiHeadAttention(8, 2, context_dim=8, position=RelativePosition2D(2, 4, (2, 2)))
+
+
+def test_the_position_says_it_has_no_cached_decoding_and_attention_refuses_a_cache():
+    from multimodal.layers import KVCache, RotaryPositions
+
+    assert not RelativePosition2D(2, 4, (2, 2)).supports_cache and RotaryPositions(4).supports_cache
+    attention = MultiHeadAttention(8, 2, causal=True, position=RelativePosition2D(2, 4, (2, 2)))
+    with pytest.raises(ValueError, match="RelativePosition2D has no KV-cached decoding"):
+        attention(torch.randn(1, 4, 8), cache=KVCache())

@@ -4,7 +4,7 @@ import pytest
 import torch
 from test_relative import naive_shaw_attention
 
-from multimodal.layers.relative import RelativePositionEmbedding, relative_attention
+from multimodal.layers.positions.relative import RelativePositionEmbedding, relative_attention
 
 
 def _inputs(batch, heads, length, head_dim, device="cpu", dtype=torch.float32, seed=0):

@@ -5,7 +5,7 @@
 * :mod:`~multimodal.layers.positions.absolute` — sinusoidal and learned input positions;
 * :mod:`~multimodal.layers.positions.rotary` — rotary embeddings (RoPE) with linear / NTK scaling;
 * :mod:`~multimodal.layers.positions.alibi` — ALiBi linear distance biases;
-* :mod:`multimodal.layers.relative`, :mod:`multimodal.layers.relative2d`,
+* :mod:`multimodal.layers.positions.relative`, :mod:`multimodal.layers.positions.relative2d`,
   :mod:`~multimodal.layers.positions.grid` — learned 1D distances (Shaw / Music Transformer), 2D
   offsets of patch grids, row and column offsets of local 2D attention;
 * :mod:`~multimodal.layers.positions.build` — the objects a config names;

@@ -60,7 +60,7 @@ class ALiBiPositions(AttentionPosition):
         self.block_size = block_size
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
-    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int | None = None) -> Tensor:
         """``-slope_h · |query_pos - key_pos|``, broadcastable to the logits of ``q``."""
         distance = (query_pos - key_pos).abs().to(q.dtype)
         if distance.dim() == q.dim():  # positions with batch and head axes: (batch, 1, ..., q, k)

@@ -43,21 +43,26 @@ class AttentionPosition(nn.Module):
 
     Attributes:
         rotates: Whether :meth:`rotate` does anything (attention skips it otherwise).
+        supports_cache: Whether KV-cached decoding can use this scheme (its bias for one new query
+            against cached keys is defined); attention refuses a cache otherwise.
     """
 
     rotates: bool = False
+    supports_cache: bool = True
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """Queries or keys ``(batch, heads, seq, head_dim)`` at ``positions`` (``(seq,)`` or ``(batch, seq)``), turned."""
         return x
 
-    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor | None:
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int | None = None) -> Tensor | None:
         """The logit term of every (query, key) pair, added after the ``1 / sqrt(head_dim)`` scaling.
 
         Args:
             q: Queries ``(batch, heads, ..., q_len, head_dim)`` (content-dependent schemes read them).
             query_pos: Absolute query positions, broadcastable to ``(..., q_len, 1)``.
             key_pos: Absolute key positions, broadcastable to ``(..., 1, k_len)``.
+            grid_width: Tokens per row when the positions lie on a raster grid (``local2d``
+                attention passes it); schemes of sequence positions ignore it.
 
         Returns:
             A tensor broadcastable to ``(batch, heads, ..., q_len, k_len)``, or None (no term).

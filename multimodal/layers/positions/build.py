@@ -9,9 +9,9 @@ from multimodal.layers.positions.absolute import LearnedPositions, SinusoidalPos
 from multimodal.layers.positions.alibi import ALiBiPositions
 from multimodal.layers.positions.base import AttentionPosition
 from multimodal.layers.positions.grid import GridOffsets
+from multimodal.layers.positions.relative import RelativePositionEmbedding
+from multimodal.layers.positions.relative2d import RelativePosition2D
 from multimodal.layers.positions.rotary import RotaryPositions
-from multimodal.layers.relative import RelativePositionEmbedding
-from multimodal.layers.relative2d import RelativePosition2D
 
 
 def input_positions(config: TransformerConfig) -> nn.Module | None:

@@ -2,7 +2,7 @@
 
 Tokens lie row by row on a grid ``grid_width`` tokens wide (raster pixels: ``width × channels``).
 The logit of query ``i`` and key ``j`` gains ``q_i · (E_row[Δrow] + E_col[Δcol]) / sqrt(head_dim)``
-with one table per axis (:class:`~multimodal.layers.relative.RelativePositionEmbedding`, clipped at
+with one table per axis (:class:`~multimodal.layers.positions.relative.RelativePositionEmbedding`, clipped at
 the largest offset a memory block holds, so nothing inside a block is clipped). Only
 :class:`~multimodal.layers.local.LocalAttention` uses it: it knows the grid width of each call.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from multimodal.layers.positions.base import AttentionPosition
-from multimodal.layers.relative import RelativePositionEmbedding
+from multimodal.layers.positions.relative import RelativePositionEmbedding
 
 
 class GridOffsets(AttentionPosition):
@@ -34,12 +34,11 @@ class GridOffsets(AttentionPosition):
         self.rows = RelativePositionEmbedding(num_heads, head_dim, max(rows - 1 + memory_rows, 1), causal)
         self.cols = RelativePositionEmbedding(num_heads, head_dim, max(cols - 1 + memory_cols, 1), False)
 
-    def grid_bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int) -> Tensor:
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int | None = None) -> Tensor:
         """``q · (E_row[Δrow] + E_col[Δcol]) / sqrt(head_dim)`` for positions on a grid ``grid_width`` wide."""
+        if grid_width is None:
+            raise ValueError("grid offsets need the grid width: they are the positions of local2d attention only")
         row_offset = key_pos // grid_width - query_pos // grid_width
         col_offset = key_pos % grid_width - query_pos % grid_width
         zero = query_pos * 0
         return self.rows.bias(q, zero, row_offset) + self.cols.bias(q, zero, col_offset)
-
-    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
-        raise ValueError("grid offsets need the grid width: they are the positions of local2d attention only")

@@ -1,6 +1,6 @@
 """Relative position attention through ``torch.nn.attention.flex_attention``: the GPU path.
 
-The skewed kernel of :mod:`multimodal.layers.relative` loops over query blocks in Python and
+The skewed kernel of :mod:`multimodal.layers.positions.relative` loops over query blocks in Python and
 launches several kernels per block; on a GPU that leaves most of the chip idle. FlexAttention
 instead generates one fused flash-attention kernel from a ``score_mod`` — a function of
 ``(score, batch, head, query_index, key_index)`` — and a block-sparse mask, and differentiates
@@ -13,12 +13,12 @@ table (``n = max_distance + 1`` causal, ``2·max_distance + 1`` bidirectional), 
 ``score_mod`` adds ``band[b, h, i, row(j - i)]`` to each score. That is the Music Transformer's
 ``Q Eᵀ`` without the skew: the index arithmetic replaces it. Memory is ``batch · heads · q_len · n``
 — linear in the sequence for clipped distances, quadratic when every distance of the trained
-length has its own embedding; there :func:`~multimodal.layers.relative.relative_attention` falls
+length has its own embedding; there :func:`~multimodal.layers.positions.relative.relative_attention` falls
 back to the skewed kernel's O(L·d) above :data:`FLEX_BAND_MAX_BYTES`.
 
 Causal masking is a block mask, so the upper triangle's blocks are never computed; padded keys
 are masked by a ``mask_mod`` reading the ``(batch, k_len)`` padding mask. Dropout is not
-supported by FlexAttention: :func:`~multimodal.layers.relative.relative_attention` routes
+supported by FlexAttention: :func:`~multimodal.layers.positions.relative.relative_attention` routes
 attention with dropout to the skewed kernel.
 
 On CUDA the kernel is compiled (once per shape); on CPU ``flex_attention`` runs uncompiled,

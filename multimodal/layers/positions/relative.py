@@ -19,7 +19,7 @@ goes one step further so that training memory grows linearly in ``seq_len``:
   the work.
 
 On a GPU, :func:`relative_attention` hands the same computation to one fused FlexAttention kernel
-instead (:mod:`multimodal.layers.relative_flex`); this module's kernel is the CPU path and the one
+instead (:mod:`multimodal.layers.positions.relative_flex`); this module's kernel is the CPU path and the one
 with attention dropout.
 
 Legend for shapes: ``b`` batch, ``h`` heads, ``q``/``k`` query/key positions, ``d`` head_dim,
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
-from multimodal.layers.relative_flex import FLEX_BAND_MAX_BYTES, band_bytes, flex_relative_attention
+from multimodal.layers.positions.relative_flex import FLEX_BAND_MAX_BYTES, band_bytes, flex_relative_attention
 
 Backend = Literal["auto", "skew", "flex"]
 
@@ -77,7 +77,7 @@ class RelativePositionEmbedding(AttentionPosition):
         upper = 0 if self.causal else self.max_distance
         return distance.clamp(-self.max_distance, upper) + self.max_distance
 
-    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int | None = None) -> Tensor:
         """``q_i · E[clip(j - i)] / sqrt(head_dim)`` for every pair, gathered from ``q · Eᵀ``; ``(batch, heads, ..., q, k)``."""
         per_distance = torch.einsum("bh...qd,hrd->bh...qr", q, self.weight.to(q.dtype))  # (b, h, ..., q, n)
         index = self.index(key_pos - query_pos)
@@ -123,9 +123,9 @@ def relative_attention(
             transient memory ``batch * heads * block_size * k_len``. 64: at 2048 tokens it trains
             as fast as 128 and holds 3.2x SDPA's extra memory instead of 4.7x (docs/benchmarks.md).
         backend: ``"skew"``: this module's query-blocked kernel (any device, O(L·d) memory).
-            ``"flex"``: one fused FlexAttention kernel (:mod:`multimodal.layers.relative_flex`;
+            ``"flex"``: one fused FlexAttention kernel (:mod:`multimodal.layers.positions.relative_flex`;
             backward on CUDA only; no dropout). ``"auto"``: flex for CUDA tensors without dropout
-            whose band fits :data:`~multimodal.layers.relative_flex.FLEX_BAND_MAX_BYTES`, skew otherwise.
+            whose band fits :data:`~multimodal.layers.positions.relative_flex.FLEX_BAND_MAX_BYTES`, skew otherwise.
 
     Returns:
         ``(batch, heads, q_len, head_dim)``.

@@ -12,7 +12,7 @@ offsets, per head and per layer. The embedding of an offset ``(dr, dc)`` is thus
 "relative height and width"), MViTv2 (Li et al. 2022) and ViTDet / Segment Anything. A joint table
 with one vector per ``(dr, dc)`` pair costs ``(2 rows - 1)(2 cols - 1)`` vectors instead of
 ``2 rows + 2 cols - 2`` and, in those papers' ablations, buys no accuracy. Like Shaw et al.'s 1D
-scheme (:mod:`multimodal.layers.relative`) the term depends on the query's content, and like it
+scheme (:mod:`multimodal.layers.positions.relative`) the term depends on the query's content, and like it
 the sum is scaled by ``1 / sqrt(head_dim)`` (Segment Anything leaves the position term unscaled).
 
 Prefix tokens have no offset to anyone. As in BEiT (Bao et al. 2021), every head learns three
@@ -73,6 +73,8 @@ class RelativePosition2D(AttentionPosition):
         prefix: ``(num_heads, 3)`` biases of prefix → grid, grid → prefix, prefix → prefix pairs.
     """
 
+    supports_cache = False  # an image's tokens are attended to all at once; there is nothing to decode
+
     def __init__(self, num_heads: int, head_dim: int, grid_size: tuple[int, int]) -> None:
         super().__init__()
         num_rows, num_cols = grid_size
@@ -132,7 +134,7 @@ class RelativePosition2D(AttentionPosition):
             bias = torch.where(allowed, bias, torch.finfo(bias.dtype).min)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
 
-    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+    def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int | None = None) -> Tensor:
         """The same terms gathered pair by pair, ``(batch, heads, q, k)``: the plain reference of :meth:`forward`.
 
         The sequence is taken to end at the last key, so its first ``keys - rows * cols`` tokens are prefix.
