@@ -12,6 +12,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet --no-deps tinysoundfont==0.3.7  # SoundFont audio; see pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
