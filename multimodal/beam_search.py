@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multimodal.generation import DecodingModel
+from multimodal.generation import DecodingModel, check_max_new_tokens
+from multimodal.limits import MAX_BEAMS
 
 _NEVER = -1.0e9
 
@@ -56,6 +57,9 @@ def beam_search(
                          f"{num_return_sequences}")  # fmt: skip
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1 for beam search, got {max_new_tokens}")
+    check_max_new_tokens(model, max_new_tokens)
+    if num_beams > MAX_BEAMS:
+        raise ValueError(f"num_beams={num_beams:,} is more than multimodal.limits.MAX_BEAMS={MAX_BEAMS}")
     was_training = model.training
     model.eval()
     try:

@@ -4,7 +4,8 @@ Everything derived from data and kept between runs (converted chorales, token ar
 tokenizers, fetched data sets) lives under :func:`cache_root`: ``$MULTIMODAL_CACHE`` when set and
 not empty, else ``~/.cache/multimodal``. Files are written through a temporary file in the same
 folder and a rename (:func:`atomic_write_text`, :func:`atomic_write_bytes`), so an interrupted run
-never leaves half a file that a later run would trust.
+never leaves half a file that a later run would trust; the file then gets the permissions a plain
+``open(path, "w")`` would have given it (:func:`give_default_mode`), not the temporary file's 0600.
 """
 
 from __future__ import annotations
@@ -31,8 +32,32 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as handle:
         handle.write(data)
+    give_default_mode(handle.name)
     Path(handle.name).replace(path)
     return path
+
+
+def give_default_mode(path: str | Path) -> Path:
+    """Sets ``path``'s permissions to what ``open(path, "w")`` creates: 0666 less the umask (0644 usually).
+
+    Files written through a temporary file (``tempfile``, safetensors' writer) are created 0600,
+    readable by their owner only, unlike every other file beside them.
+    """
+    os.chmod(path, 0o666 & ~_umask())
+    return Path(path)
+
+
+def _umask() -> int:
+    """The process's umask (from ``/proc`` where it can be read, else by setting and restoring it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def hash_bucket(name: str, buckets: int = 100) -> int:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from multimodal.limits import MAX_NEW_TOKENS
 from multimodal.shaping import forbid, min_p_filter, no_repeat_ngram_mask, repetition_penalty
 
 
@@ -42,6 +43,21 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
         raise ValueError(f"top_k must be >= 1 (or 0 / None: every token), got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def check_max_new_tokens(model: Any, max_new_tokens: int) -> None:
+    """Raises ``ValueError`` unless ``0 <= max_new_tokens <= `` the most one call may ask of ``model``.
+
+    The most is :data:`multimodal.limits.MAX_NEW_TOKENS`, or the model's ``config.max_seq_len`` when
+    that is larger (an Image Transformer samples a whole image); checked before the token buffer and
+    the cache are allocated, which grow with it.
+    """
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    limit = max(MAX_NEW_TOKENS, int(getattr(getattr(model, "config", None), "max_seq_len", 0) or 0))
+    if max_new_tokens > limit:
+        raise ValueError(f"max_new_tokens={max_new_tokens:,} is more than one call generates (at most {limit:,}, "
+                         f"multimodal.limits.MAX_NEW_TOKENS or the model's max_seq_len); ask for fewer")  # fmt: skip
 
 
 def sample_next(
@@ -156,6 +172,7 @@ def generate(
                      refused=[name for name, set_ in given.items() if set_])  # fmt: skip
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    check_max_new_tokens(model, max_new_tokens)  # now: list() below sizes itself by the progress bar's total
     steps = generate_stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             eos_id=eos_id, generator=generator, use_cache=use_cache, shaping=shaping,
                             prompt_padding=prompt_padding)  # fmt: skip
@@ -190,8 +207,7 @@ def generate_stream(
 ) -> Iterator[Tensor]:
     """:func:`generate` as an iterator: yields each new token ``(batch,)`` as soon as it is decoded."""
     check_sampling(temperature, top_k, top_p)
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    check_max_new_tokens(model, max_new_tokens)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt must be token ids (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}")
     shaping = shaping or Shaping()

@@ -10,10 +10,15 @@ overlap and sum to one everywhere. With the regression model and ``local2d`` att
 depends only on the input within :attr:`~multimodal.models.super_resolution.SuperResolutionRegressor.receptive_radius`,
 and tiles start on the encoder's block grid: once ``overlap >= 4 * receptive_radius`` the tiled
 result equals the untiled one (no seams by construction); smaller overlaps still blend smoothly.
+
+The output is held whole (float32, with its blending weights), so :func:`upscale` refuses outputs
+over :data:`multimodal.limits.MAX_OUTPUT_PIXELS` unless told otherwise; :func:`check_output_size`
+says so before an image is even decoded.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import torch
@@ -21,6 +26,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from multimodal.generation import generate
+from multimodal.limits import MAX_OUTPUT_PIXELS
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.super_resolution import ConditionalImageTransformer, SuperResolutionRegressor
 from multimodal.tokenizers.image import tokens_to_pixels
@@ -112,6 +118,36 @@ def sample_high_res(
     return pixels.float() / 255
 
 
+class ImageTooLarge(ValueError):
+    """An image whose upscaled output would have more pixels than allowed (:func:`check_output_size`)."""
+
+
+def check_output_size(
+    height: int,
+    width: int,
+    scale: int,
+    max_output_pixels: int | None = MAX_OUTPUT_PIXELS,
+    source: str = "the image",
+    raise_with: str | None = "max_output_pixels",
+) -> None:
+    """Raises :class:`ImageTooLarge` if upscaling a ``height x width`` image ``scale`` times makes more
+    than ``max_output_pixels`` pixels (None: no limit); the message names ``source`` and the way out
+    (``raise_with``: the option that raises the limit, None where there is none).
+
+    Call it with the size from an image file's header (``PIL.Image.open(path).size``, nothing
+    decoded) to refuse a huge image before it takes any memory.
+    """
+    out_height, out_width = height * scale, width * scale
+    if max_output_pixels is not None and out_height * out_width > max_output_pixels:
+        side = math.isqrt(max_output_pixels)
+        raise ImageTooLarge(
+            f"{source}: {width}x{height} pixels upscaled x{scale} is {out_width}x{out_height} = "
+            f"{out_height * out_width:,} pixels, more than the limit of {max_output_pixels:,} "
+            f"(about {side}x{side}); "
+            f"crop or shrink the image{f', or raise the limit with {raise_with}' if raise_with else ''}"
+        )
+
+
 @torch.no_grad()
 def upscale(
     model: SuperResolutionRegressor | ConditionalImageTransformer,
@@ -121,6 +157,7 @@ def upscale(
     overlap: int | None = None,
     batch_size: int = 8,
     progress: bool = False,
+    max_output_pixels: int | None = MAX_OUTPUT_PIXELS,
     **sampling,
 ) -> Tensor:
     """Upscales one image of any size, tile by tile; returns ``(c, h * scale, w * scale)`` in ``[0, 1]``.
@@ -134,11 +171,15 @@ def upscale(
             ``min(4 * receptive_radius, tile // 2)``, autoregressive ``tile // 4``.
         batch_size: Tiles per forward pass (or per sampling run).
         progress: Progress bar over the batches of tiles.
+        max_output_pixels: Refuse (:class:`ImageTooLarge`, before any work) an output of more pixels;
+            None: no limit. The output and its blending weights are float32 (16 bytes per RGB pixel,
+            and as much again for the result).
         **sampling: ``temperature``, ``top_k``, ``top_p``, ``generator`` for the autoregressive model.
     """
     if low_res.dim() != 3:
         raise ValueError(f"expected one image (channels, height, width), got shape {tuple(low_res.shape)}")
     config = model.config
+    check_output_size(low_res.shape[-2], low_res.shape[-1], config.scale, max_output_pixels)
     autoregressive = isinstance(model, ConditionalImageTransformer)
     if tile is None:
         tile = config.crop_size // config.scale if autoregressive else 256
@@ -231,3 +272,8 @@ class _Bound(nn.Module):
 
     def new_state(self):
         return self.model.new_state(self.extra) if self.state_of_extra else self.model.new_state()
+
+    @property
+    def config(self):
+        """The bound model's config: its ``max_seq_len`` bounds what one generation call may ask."""
+        return self.model.config

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from multimodal.cache import give_default_mode
 from multimodal.class_paths import import_class
 from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.layers.lora import LoRALinear, merge_lora
@@ -41,6 +42,7 @@ from multimodal.models.super_resolution import (
     SuperResolutionRegressor,
 )
 from multimodal.models.vit import ViT
+from multimodal.weight_shapes import check_config_fits, weight_shapes
 
 FORMAT = "multimodal-model"
 TOKENIZER_PACKAGES = ("multimodal.tokenizers",)
@@ -111,6 +113,7 @@ def save_model_folder(
         tokenizer.save(folder / TOKENIZER_FILE)
         meta["tokenizer_class"] = f"{type(tokenizer).__module__}.{type(tokenizer).__qualname__}"
     save_model(model, str(folder / WEIGHTS_FILE))
+    give_default_mode(folder / WEIGHTS_FILE)  # safetensors writes it 0600, the rest of the folder is 0644
     (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
     if readme is not None:
         (folder / README_FILE).write_text(readme, encoding="utf-8")
@@ -129,7 +132,9 @@ def is_model_folder(path: str | Path) -> bool:
 
 
 def read_model_folder(path: str | Path) -> dict[str, Any]:
-    """The ``config.json`` of a model folder, checked: the format, a known family, its weights file there."""
+    """The ``config.json`` of a model folder, checked: the format, a known family, its weights file there,
+    and a model config that fits those weights (names and shapes from the file's header, nothing
+    allocated: :func:`check_fits`)."""
     folder = Path(path)
     config_path = folder / CONFIG_FILE
     if not config_path.is_file():
@@ -146,7 +151,27 @@ def read_model_folder(path: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(2, f"the model folder has no {WEIGHTS_FILE}", str(folder))
     if "tokenizer_class" in meta and not (folder / TOKENIZER_FILE).is_file():
         raise FileNotFoundError(2, f"config.json names a tokenizer but {TOKENIZER_FILE} is missing", str(folder))
+    check_fits(meta["family"], meta.get("model"), weight_shapes(folder / WEIGHTS_FILE), str(config_path))
     return meta
+
+
+def check_fits(family: str, config: Any, shapes: dict[str, tuple[int, ...]], source: str) -> None:
+    """Raises ``ValueError`` (naming ``source``) unless ``config`` is a valid config of ``family`` whose model
+    has exactly the tensors ``shapes`` (name -> shape) describes; checked before any model is allocated.
+
+    Every path that builds a model from a file's config calls it (model folders, checkpoints of
+    :func:`load`); see :func:`multimodal.weight_shapes.check_config_fits` for how.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"{source}: unknown model family {family!r}; known: {sorted(FAMILIES)}")
+    config_class, model_class = FAMILIES[family]
+    if not isinstance(config, dict):
+        raise ValueError(f"{source}: its model config is a {type(config).__name__}, not a mapping of fields")
+    try:
+        config = config_class(**config)
+    except (TypeError, ValueError) as error:  # unknown fields, sizes that are not whole numbers >= 1, ...
+        raise ValueError(f"{source}: {' '.join(str(error).split())}") from error
+    check_config_fits(model_class, config, shapes, source)
 
 
 def build_model(family: str, config: dict[str, Any]) -> nn.Module:
@@ -171,8 +196,9 @@ def load_tokenizer(class_path: str, json_text: str, source: str = "model folder"
         path.write_text(json_text, encoding="utf-8")
         try:
             return tokenizer_class.load(path)
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise ValueError(f"{source}: its tokenizer does not load ({' '.join(str(error).split())[:200]})") from error
+        except Exception as error:  # the Rust tokenizers library raises plain Exceptions on bad JSON
+            detail = " ".join(str(error).replace(str(path), "its tokenizer JSON").split())[:200]  # not the scratch path
+            raise ValueError(f"{source}: its tokenizer does not load ({detail})") from error
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any | None]:
@@ -223,8 +249,10 @@ def _load_checkpoint(path: Path, device: str | torch.device) -> tuple[nn.Module,
     if family == "SuperResolutionRegressor" and "method" in config:
         raise ValueError(f"{checkpoint_path}: a super-resolution checkpoint of the old layout; load it with "
                          f"tasks.checkpoint.load_task, or export it with `multimodal export`")  # fmt: skip
-    model = build_model(family, config)
     state = {name[len("model.") :]: value for name, value in checkpoint["state_dict"].items() if name.startswith("model.")}
+    shapes = {name: tuple(value.shape) for name, value in state.items()}
+    check_fits(family, config, shapes, str(checkpoint_path))  # before allocating what the config describes
+    model = build_model(family, config)
     model.load_state_dict(state)
     tokenizer = load_tokenizer(entry.get("tokenizer_class", ""), entry["tokenizer"], source=str(path)) if "tokenizer" in entry else None
     return model.to(device).eval(), tokenizer

@@ -17,7 +17,7 @@ from multimodal.beam_search import beam_search
 from multimodal.data.music import MidiCorpus, MidiPieceWindows
 from multimodal.generation import generate, generate_batch
 from multimodal.music_stats import ExcerptStats, excerpt_stats
-from multimodal.synthesis import midi_to_waveform, spectrogram_png, write_wav
+from multimodal.synthesis import SINE, check_soundfont, midi_to_waveform, spectrogram_png, write_wav
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.viz import piano_roll_png
 
@@ -51,14 +51,18 @@ def continue_music(
     audio: bool = True,
     sample_rate: int = 16000,
     num_beams: int = 1,
+    soundfont: str | Path | None = None,
 ) -> list[Path]:
     """Samples continuations of ``primer`` and writes ``sample_{i}.mid``, ``.png`` (and ``.wav``).
 
-    The piano roll draws the primer in blue and the continuation in orange. Generation uses the
-    model's KV cache. With ``num_beams > 1`` the continuations are the ``num_samples`` best
-    hypotheses of a beam search (:func:`multimodal.beam_search.beam_search`) instead of samples.
-    Returns the MIDI paths.
+    The piano roll draws the primer in blue and the continuation in orange. The WAV is rendered
+    with ``soundfont`` (:func:`~multimodal.synthesis.midi_to_waveform`; ``None``: the default; a
+    named file is checked before generating). Generation uses the model's KV cache. With
+    ``num_beams > 1`` the continuations are the ``num_samples`` best hypotheses of a beam search
+    (:func:`multimodal.beam_search.beam_search`) instead of samples. Returns the MIDI paths.
     """
+    if audio and soundfont is not None and str(soundfont).lower() != SINE:
+        check_soundfont(soundfont)  # a wrong file fails now, not after generating
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = next(model.parameters()).device
@@ -75,7 +79,7 @@ def continue_music(
             eos_id=tokenizer.eos_id, generator=generator, progress=progress,
         )  # fmt: skip
     return [_write_sample(tokenizer, row, primer, out_dir / f"sample_{index}.mid", f"sample {index}", audio,
-                          sample_rate) for index, row in enumerate(tokens.tolist())]  # fmt: skip
+                          sample_rate, soundfont) for index, row in enumerate(tokens.tolist())]  # fmt: skip
 
 
 def continue_primers(
@@ -92,6 +96,7 @@ def continue_primers(
     seed: int | None = None,
     audio: bool = True,
     sample_rate: int = 16000,
+    soundfont: str | Path | None = None,
 ) -> list[Path]:
     """Continues many primers, ``batch_size`` at a time, into ``<name>.mid``, ``.png`` (and ``.wav``).
 
@@ -101,6 +106,8 @@ def continue_primers(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if audio and soundfont is not None and str(soundfont).lower() != SINE:
+        check_soundfont(soundfont)  # a wrong file fails now, not after generating
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = next(model.parameters()).device
@@ -112,12 +119,13 @@ def continue_primers(
                               top_k=top_k, top_p=top_p, eos_id=tokenizer.eos_id, generator=generator)  # fmt: skip
         for name, row in zip(chunk, rows, strict=True):
             written.append(_write_sample(tokenizer, row.tolist(), primers[name], out_dir / f"{name}.mid", name,
-                                         audio, sample_rate))  # fmt: skip
+                                         audio, sample_rate, soundfont))  # fmt: skip
     return written
 
 
 def _write_sample(
-    tokenizer: MidiTokenizer, ids: list[int], primer: list[int], path: Path, title: str, audio: bool, sample_rate: int
+    tokenizer: MidiTokenizer, ids: list[int], primer: list[int], path: Path, title: str, audio: bool, sample_rate: int,
+    soundfont: str | Path | None = None,
 ) -> Path:
     """Writes one continuation as MIDI, its piano roll (primer blue, continuation orange) and, with ``audio``, WAV."""
     midi = tokenizer.decode(ids)
@@ -125,7 +133,7 @@ def _write_sample(
     piano_roll_png(midi, path.with_suffix(".png"), primer_end_seconds=tokenizer.decode(primer).get_end_time(),
                    title=f"{title}: primer (blue) and continuation (orange)")  # fmt: skip
     if audio:
-        waveform = midi_to_waveform(midi, sample_rate)
+        waveform = midi_to_waveform(midi, sample_rate, soundfont)
         write_wav(path.with_suffix(".wav"), waveform, sample_rate)
         if waveform.numel() > 2048:  # a spectrogram needs at least one FFT window
             spectrogram_png(waveform, sample_rate, path.with_name(f"{path.stem}_spectrogram.png"))
@@ -246,6 +254,8 @@ class MusicScore:
 def score_music(model: nn.Module, tokenizer: MidiTokenizer, notes: np.ndarray, seq_len: int, batch_size: int = 8) -> MusicScore:
     """Scores one piece ``(num_notes, 4)`` as validation does: ``[BOS] + events + [EOS]`` in windows of
     ``seq_len`` that predict every token once (:class:`~multimodal.data.music.MidiPieceWindows`)."""
+    if seq_len < 1 or batch_size < 1:
+        raise ValueError(f"seq_len and batch_size must be >= 1, got seq_len={seq_len}, batch_size={batch_size}")
     windows = MidiPieceWindows(MidiCorpus(["piece"], [notes]), tokenizer, seq_len)
     device = next(model.parameters()).device
     nll = 0.0

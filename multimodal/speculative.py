@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from multimodal.generation import DecodingModel, check_sampling
+from multimodal.generation import DecodingModel, check_max_new_tokens, check_sampling
 
 
 @dataclass
@@ -100,6 +100,7 @@ def speculative_generate(
         raise ValueError(f"speculative decoding takes one prompt (1, prompt_len >= 1), got {tuple(prompt.shape)}")
     if num_draft < 1 or max_new_tokens < 0:
         raise ValueError(f"num_draft must be >= 1 and max_new_tokens >= 0, got {num_draft} and {max_new_tokens}")
+    check_max_new_tokens(target, max_new_tokens)
     stats = stats if stats is not None else SpeculativeStats()
     models = (target, draft)
     was_training = [model.training for model in models]

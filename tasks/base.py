@@ -93,15 +93,17 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
 
     # ------------------------------------------------------------------------ exact resume
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Also saves torch's global generator states (dropout draws from them), for an exact resume.
+        """Also saves the training stream of torch's global generators (dropout draws from them).
 
         The data's draws need no state: they are functions of ``(seed, epoch, index)``
         (:mod:`multimodal.data.resumable`), and the training loader records where the epoch stood.
+        Between training batches the stream is the one the last batch left
+        (:meth:`on_train_batch_end`), whatever validation or callbacks drew since; inside a batch
+        (a callback's ``on_train_batch_end``) it is the generators' current state.
         """
         super().on_save_checkpoint(checkpoint)
-        checkpoint["rng_states"] = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+        states = getattr(self, "_training_rng_states", None)
+        checkpoint["rng_states"] = states if states is not None else _rng_states()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keeps the saved generator states and training-loader states for the start of training.
@@ -110,7 +112,7 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
         resumed run validates, builds loaders and so on first, and the run that was not
         interrupted drew nothing between the checkpoint and that batch.
         """
-        self._rng_states_to_restore = checkpoint.get("rng_states")
+        self._training_rng_states = checkpoint.get("rng_states")
         fit_loop = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
         self._loader_states_to_restore = fit_loop.get("combined_loader")
 
@@ -121,7 +123,13 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
         warm-up schedule asks for the run's length first (``estimated_stepping_batches``), which
         builds them before. :class:`~multimodal.data.resumable.ResumableLoader` starts its
         iteration again from a state loaded this late.
+
+        A run resumed from a checkpoint written at the end of an epoch, with ``max_steps`` set,
+        would count that epoch twice (:func:`_uncount_replayed_epoch_end`); this takes one back.
         """
+        fit_loop = self.trainer.fit_loop
+        if fit_loop.restarted_on_epoch_end:
+            _uncount_replayed_epoch_end(fit_loop)
         states = getattr(self, "_loader_states_to_restore", None)
         if states:
             loaders = [loader for loader in _loaders(self.trainer.train_dataloader) if hasattr(loader, "load_state_dict")]
@@ -130,12 +138,27 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
         self._loader_states_to_restore = None
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        states = getattr(self, "_rng_states_to_restore", None)
+        """Continues the training stream of the generators where the previous training batch left it.
+
+        Validation draws from the global generator between batches (a ``DataLoader`` iterator
+        takes its base seed from it), and a run resumed from a checkpoint written just before a
+        validation does not run that validation again; so the training stream is kept apart from
+        what runs between batches, and dropout draws the same masks however a run was interrupted.
+        """
+        states = getattr(self, "_training_rng_states", None)
         if states is not None:
             torch.set_rng_state(states["cpu"])
             if "cuda" in states and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(states["cuda"])
-            self._rng_states_to_restore = None
+            self._training_rng_states = None
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Keeps the generators' training stream aside until the next training batch (:meth:`on_train_batch_start`)."""
+        self._training_rng_states = _rng_states()
+
+    def on_train_end(self) -> None:
+        """Drops the kept stream: another fit of this module starts from the generators as they are."""
+        self._training_rng_states = None
 
     # ------------------------------------------------------------------------------- optimization
     def no_weight_decay(self) -> Iterable[str] | None:
@@ -192,6 +215,29 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
     def supports(cls, command: str) -> bool:
         """Whether this task implements ``multimodal COMMAND`` (``"generate"``, ``"perplexity"``)."""
         return getattr(cls, f"run_{command}") is not getattr(Task, f"run_{command}")
+
+
+def _rng_states() -> dict[str, Any]:
+    """torch's global generator states: the CPU one, and the CUDA ones once CUDA is in use."""
+    states = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _uncount_replayed_epoch_end(fit_loop: Any) -> None:
+    """Takes back the count of an epoch whose end a resumed run is about to replay.
+
+    A checkpoint written in ``on_train_epoch_end`` (where :class:`~pytorch_lightning.callbacks.ModelCheckpoint`
+    saves when it monitors a metric validated once an epoch) already counts its epoch as processed.
+    A run limited by ``max_steps`` resumes it by replaying the end of that epoch, which counts it
+    once more: every later epoch would then hand its sampler and data set the number of the next
+    one (``set_epoch(epoch_progress.current.processed)``), drawing another epoch's order and
+    windows, and ``max_epochs`` would stop the run an epoch early.
+    """
+    for progress in (fit_loop.epoch_progress.total, fit_loop.epoch_progress.current):
+        if progress.processed == progress.completed + 1:
+            progress.processed -= 1
 
 
 def _loaders(dataloaders: Any) -> list[Any]:

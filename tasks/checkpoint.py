@@ -19,8 +19,10 @@ from multimodal.class_paths import check_config_class_paths, import_class
 from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.model_folder import (
     CONFIG_FILE,
+    TASK_FAMILIES,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
+    check_fits,
     family_of,
     is_model_folder,
     load_tokenizer,
@@ -68,6 +70,7 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
         raise ValueError(f"{path} was not written by a multimodal task (no 'multimodal' entry); "
                          f"train with `multimodal fit` to get a self-contained checkpoint")  # fmt: skip
     task_class, arguments = checkpoint_task(entry, checkpoint.get("hyper_parameters", {}), str(path))
+    _check_model_fits(entry, task_class, arguments, checkpoint.get("state_dict", {}), str(path))
     # A run trained with compile: true is rebuilt eager: the commands score and sample, and
     # compiling for that (on a CPU, per window shape) would cost more than it saves.
     task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
@@ -78,6 +81,22 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
     if "tokenizer" in entry:
         tokenizer = load_tokenizer(entry.get("tokenizer_class", ""), entry["tokenizer"], source=str(path))
     return task, tokenizer
+
+
+def _check_model_fits(entry: dict[str, Any], task_class: type, arguments: dict[str, Any], state: dict, source: str) -> None:
+    """Refuses a checkpoint whose model config does not fit its weights, before the task allocates the model.
+
+    A config of ``num_layers: 1000000`` beside the weights of two layers would otherwise take the
+    machine's memory while the task builds it (:func:`multimodal.model_folder.check_fits`).
+    """
+    family = entry.get("family") or TASK_FAMILIES.get(_path_of(task_class))
+    config = arguments.get("model")
+    if family is None or not isinstance(config, dict):
+        return
+    # LoRA adapters are added by the task's fine-tuning set-up, not by the model config.
+    shapes = {name[len("model.") :]: tuple(value.shape) for name, value in state.items()
+              if name.startswith("model.") and not name.endswith((".lora_a", ".lora_b"))}  # fmt: skip
+    check_fits(family, config, shapes, source)
 
 
 def _load_task_folder(folder: Path, map_location: str) -> tuple[Any, Any | None]:

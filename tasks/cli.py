@@ -68,17 +68,18 @@ def _run(argv: list[str], from_shell: bool) -> None:
 
 
 def task_class_from_args(argv: Sequence[str]) -> type | None:
-    """The task class named by ``--config`` files (``model.class_path``) or ``--model``, if any."""
-    import yaml
+    """The task class named by ``--config`` files (``model.class_path``) or ``--model``, if any.
+
+    Each config file is read with :func:`tasks.config_files.read_config_file` (size and alias
+    bounds), so a file LightningCLI could not afford to read is refused here, before it parses it.
+    """
+    from tasks.config_files import read_config_file
 
     class_path = None
     for index in range(len(argv)):
         value = _option_value(argv, index, ("--config", "-c"))
         if value is not None and Path(value).is_file():
-            try:
-                loaded = yaml.safe_load(Path(value).read_text())
-            except yaml.YAMLError as error:
-                raise ValueError(f"{value}: not valid YAML ({' '.join(str(error).split())})") from error
+            loaded = read_config_file(value)  # bounded: jsonargparse would expand a "billion laughs"
             check_config_class_paths(loaded, value)
             section = (loaded if isinstance(loaded, dict) else {}).get("model")
             if isinstance(section, dict) and "class_path" in section:
@@ -88,6 +89,10 @@ def task_class_from_args(argv: Sequence[str]) -> type | None:
         value = _option_value(argv, index, ("--model", "--model.class_path"))
         if value is not None and not value.lstrip().startswith("{"):
             class_path = value
+    for arg in argv:  # jsonargparse also reads a YAML file given to any other option (--data x.yaml)
+        candidate = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        if candidate.endswith((".yaml", ".yml")) and Path(candidate).is_file():
+            read_config_file(candidate)
     return _resolve_task(class_path) if class_path else None
 
 

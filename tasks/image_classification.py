@@ -186,13 +186,18 @@ class ImageClassification(Task):
 class PredictionCSV(BasePredictionWriter):
     """Writes ``file,prediction,probability`` rows (class name, its softmax probability) during ``predict``.
 
+    An existing file is not replaced unless ``overwrite`` (or ``multimodal predict --overwrite``,
+    which sets the trainer's ``overwrite_outputs``): the run ends before any prediction, naming it.
+
     Args:
         path: The CSV file; None: ``<trainer.default_root_dir>/predictions.csv``. Single process.
+        overwrite: Replace the file when it exists.
     """
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, overwrite: bool = False) -> None:
         super().__init__(write_interval="batch")
         self.path = None if path is None else Path(path)
+        self.overwrite = overwrite
         self.rows = 0
 
     def output_path(self, trainer: pl.Trainer) -> Path:
@@ -200,6 +205,9 @@ class PredictionCSV(BasePredictionWriter):
 
     def on_predict_start(self, trainer: pl.Trainer, task: pl.LightningModule) -> None:
         path = self.output_path(trainer)
+        if path.exists() and not (self.overwrite or getattr(trainer, "overwrite_outputs", False)):
+            raise FileExistsError(17, "already exists; pass --overwrite to replace it, or another "
+                                      "PredictionCSV path", str(path))  # fmt: skip
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as file:
             csv.writer(file).writerow(["file", "prediction", "probability"])

@@ -18,11 +18,12 @@ from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
 
 from multimodal.images import sample_images
+from multimodal.limits import MAX_BATCH_SIZE, MAX_SAMPLES
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.tokenizers.image import PixelTokenizer
 from multimodal.viz import image_grid, image_grid_png
-from tasks.arguments import positive_int
+from tasks.arguments import count
 from tasks.base import Task, adamw
 from tasks.finetune import FineTuneConfig
 from tasks.outputs import claim_outputs, log_folder, show_image, tensorboard
@@ -151,10 +152,12 @@ class ImageGeneration(Task):
     @staticmethod
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         """Options of ``multimodal generate`` for image-generation checkpoints."""
-        parser.add_argument("--num-samples", type=positive_int, default=16, help="images to draw")
+        parser.add_argument("--num-samples", type=count(MAX_SAMPLES), default=16,
+                            help=f"images to draw (at most {MAX_SAMPLES:,}; each is a file)")  # fmt: skip
         parser.add_argument("--label", type=int, default=None,
                             help="class id for every image (class-conditional models; default: cycle through classes)")  # fmt: skip
-        parser.add_argument("--batch-size", type=positive_int, default=64, help="images decoded together")
+        parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=64,
+                            help=f"images decoded together (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
 
     def run_generate(self, tokenizer: PixelTokenizer | None, args: argparse.Namespace) -> None:
         """Writes ``sample_<i>.png`` (native size) and ``grid.png`` to ``args.out``."""

@@ -27,9 +27,10 @@ from torch import Tensor
 
 from multimodal.data.text import find_text_files, read_text_file
 from multimodal.generation import Shaping
+from multimodal.limits import MAX_BATCH_SIZE, MAX_BEAMS, MAX_CONTEXT, MAX_NEW_TOKENS
 from multimodal.text import Score, continue_text, continue_texts, score_text, stream_text, window_sums
 from multimodal.tokenizers.text import TextTokenizer
-from tasks.arguments import non_negative_int, positive_float, positive_int, probability
+from tasks.arguments import count, finite_float, non_negative_int, positive_float, probability
 from tasks.causal_lm import CausalLMTask
 from tasks.checkpoint import data_settings
 from tasks.outputs import claim_outputs, log_folder, show_text
@@ -71,19 +72,25 @@ class LanguageModeling(CausalLMTask):
     @staticmethod
     def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         """Options of ``multimodal generate`` for text checkpoints."""
-        parser.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-        parser.add_argument("--prompt-file", type=Path, default=None,
-                            help="continue each line of this file (\\n for a newline inside a prompt), in batches")
-        parser.add_argument("--batch-size", type=positive_int, default=8, help="--prompt-file: prompts per batch")
-        parser.add_argument("--max-new-tokens", type=non_negative_int, default=200)
+        prompts = parser.add_mutually_exclusive_group()  # one or the other: given both, one would be dropped
+        prompts.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
+        prompts.add_argument("--prompt-file", type=Path, default=None,
+                             help="continue each line of this file (\\n for a newline inside a prompt), in batches")
+        parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8,
+                            help=f"--prompt-file: prompts per batch (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
+        parser.add_argument("--max-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=200,
+                            help=f"tokens to add (at most {MAX_NEW_TOKENS:,}; a learned-position model stops "
+                                 f"at its max_seq_len)")  # fmt: skip
         parser.add_argument("--stream", action="store_true", help="print the text as it is decoded")
         parser.add_argument("--stop", action="append", default=[], help="stop before this string (repeatable)")
-        parser.add_argument("--min-new-tokens", type=non_negative_int, default=0, help="no EOS before this many")
+        parser.add_argument("--min-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=0,
+                            help="no EOS before this many")  # fmt: skip
         parser.add_argument("--repetition-penalty", type=positive_float, default=1.0, help="> 1 discourages repeats")
         parser.add_argument("--no-repeat-ngram-size", type=non_negative_int, default=0, help="never repeat an n-gram")
         parser.add_argument("--min-p", type=probability, default=None, help="keep tokens >= min_p x the best one")
-        parser.add_argument("--num-beams", type=positive_int, default=1, help="beam search with N beams (no sampling)")
-        parser.add_argument("--length-penalty", type=float, default=1.0, help="beam search: > 0 favours longer text")
+        parser.add_argument("--num-beams", type=count(MAX_BEAMS), default=1,
+                            help=f"beam search with N beams (no sampling; at most {MAX_BEAMS})")  # fmt: skip
+        parser.add_argument("--length-penalty", type=finite_float, default=1.0, help="beam search: > 0 favours longer text")
         parser.set_defaults(out=None)
         parser.description = "Prints the prompt and its continuation; --out FILE also writes them there."
 
@@ -212,9 +219,11 @@ class TextSampleCallback(pl.Callback):
 def _add_perplexity_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``multimodal perplexity`` for text checkpoints."""
     parser.add_argument("files", nargs="+", help="text files, folders (*.txt, *.md, *.py) or globs")
-    parser.add_argument("--context", type=positive_int, default=None, help="tokens per window (default: the run's seq_len)")
-    parser.add_argument("--stride", type=positive_int, default=None, help="default: the run's test stride (seq_len // 2)")
-    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--context", type=count(MAX_CONTEXT), default=None,
+                        help=f"tokens per window (default: the run's seq_len; at most {MAX_CONTEXT:,})")  # fmt: skip
+    parser.add_argument("--stride", type=count(MAX_CONTEXT), default=None,
+                        help="default: the run's test stride (seq_len // 2)")  # fmt: skip
+    parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8, help=f"at most {MAX_BATCH_SIZE:,}")
 
 
 def _run_perplexity(task: LanguageModeling, tokenizer: TextTokenizer, args: argparse.Namespace) -> None:

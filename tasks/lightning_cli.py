@@ -10,6 +10,7 @@ task lists them in its ``data_links``. Imported only when one of these subcomman
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 
 from tasks.checkpoint import checkpoint_task
 from tasks.registry import TASKS
-from tasks.runs import RUNS, resolve_checkpoint, run_of, runs_in
+from tasks.runs import RUN_ENV, RUNS, RunClaim, check_run_name, claim_run, resolve_checkpoint, run_of, runs_in
 
 
 def import_tasks() -> None:
@@ -41,32 +42,64 @@ class MultimodalCLI(LightningCLI):
 
     def __init__(self, args: Sequence[str] | None, data_links: dict[str, str] | None = None, run: bool = True) -> None:
         self.data_links = data_links or {}
-        super().__init__(
-            pl.LightningModule,
-            pl.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            auto_configure_optimizers=False,  # tasks take an OptimizerCallable of their own
-            save_config_kwargs={"overwrite": True},
-            args=None if args is None else list(args),
-            run=run,
-        )
+        self.run_claim: RunClaim | None = None  # the run folder a fit holds (tasks.runs.claim_run)
+        try:
+            super().__init__(
+                pl.LightningModule,
+                pl.LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                auto_configure_optimizers=False,  # tasks take an OptimizerCallable of their own
+                save_config_kwargs={"overwrite": True},
+                args=None if args is None else list(args),
+                run=run,
+            )
+        finally:
+            if self.run_claim is not None:
+                self.run_claim.release()
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any):
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand == "predict":
+            parser.add_argument("--overwrite", action="store_true",
+                                help="replace a predictions file that already exists (else predict refuses)")  # fmt: skip
+        return parser
+
+    def before_predict(self) -> None:
+        """``--overwrite`` reaches the prediction writers (:class:`~tasks.image_classification.PredictionCSV`)
+        through the trainer: a task adds its writer only when prediction starts."""
+        self.trainer.overwrite_outputs = bool(self.config["predict"].get("overwrite"))
 
     def add_arguments_to_parser(self, parser) -> None:
         for source, target in self.data_links.items():
             parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
         parser.add_argument(
             "--run_name", type=str | None, default=None,
-            help="This run's folder under <default_root_dir>/lightning_logs/ (default: the next version_N); "
-                 "with --ckpt_path last, the run to resume",
+            help="This run's folder under <default_root_dir>/lightning_logs/ (a name, not a path; default: the "
+                 "next version_N); with --ckpt_path last, the run to resume. A fit holds its folder (run.lock) "
+                 "while it runs: a second fit into it is refused",
         )  # fmt: skip
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> pl.Trainer:
-        """The trainer, its logger writing into this run's folder (``--run_name``, else the next ``version_N``)."""
+        """The trainer, its logger writing into this run's folder (``--run_name``, else the next ``version_N``).
+
+        A ``fit`` with the default logger first claims that folder (:func:`tasks.runs.claim_run`, a
+        lock file): two fits never write into one folder, and the one that loses ends with one line.
+        Data-parallel workers (rank > 0 re-runs this command) take the folder of the process that
+        launched them instead of claiming one.
+        """
         run_name = self.config[self.subcommand].get("run_name") if self.subcommand else None
-        if run_name and config.get("logger") in (None, True):
+        fit = self.subcommand == "fit"
+        if (run_name or fit) and config.get("logger") in (None, True):
             root = config.get("default_root_dir") or "."
-            config["logger"] = TensorBoardLogger(save_dir=root, name=RUNS, version=run_name, default_hp_metric=False)
+            if not fit:
+                version = run_name
+            elif _worker_rank() > 0:
+                version = run_name or Path(os.environ.get(RUN_ENV, "")).name or None
+            else:
+                self.run_claim = claim_run(root, run_name)
+                version = self.run_claim.folder.name
+            config["logger"] = TensorBoardLogger(save_dir=root, name=RUNS, version=version, default_hp_metric=False)
         elif run_name and config.get("logger"):
             loggers = config["logger"] if isinstance(config["logger"], list) else [config["logger"]]
             if getattr(loggers[0], "version", None) != run_name:
@@ -123,6 +156,11 @@ class MultimodalCLI(LightningCLI):
         """
         root = Path((settings.get("trainer") or {}).get("default_root_dir") or ".")
         ckpt_path, run_name = settings.get("ckpt_path"), settings.get("run_name")
+        if run_name is not None:
+            try:
+                check_run_name(run_name)
+            except ValueError as error:
+                self.parser.error(str(error))
         resume = subcommand == "fit"
         if ckpt_path == "last" and resume:
             if run_name:
@@ -147,3 +185,9 @@ class MultimodalCLI(LightningCLI):
             self.parser.error(f"--run_name {run_name}: that run exists in {root / RUNS} and its checkpoints would be "
                               f"overwritten; resume it with --ckpt_path last, or choose another name")  # fmt: skip
         settings["ckpt_path"], settings["run_name"] = ckpt_path, run_name
+
+
+def _worker_rank() -> int:
+    """This process's rank when a data-parallel launcher (Lightning's, torchrun, SLURM) started it, else 0."""
+    ranks = [os.environ.get(name, "") for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")]
+    return max((int(rank) for rank in ranks if rank.isdigit()), default=0)

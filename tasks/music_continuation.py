@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from multimodal.data.music import MidiCorpus, load_bach_chorales, load_midi_files
+from multimodal.limits import MAX_BATCH_SIZE, MAX_BEAMS, MAX_CONTEXT, MAX_NEW_TOKENS, MAX_SAMPLES
 from multimodal.music import (
     MusicScore,
     continue_music,
@@ -19,7 +20,7 @@ from multimodal.music import (
     score_music,
 )
 from multimodal.tokenizers.midi import MidiTokenizer, notes_from_midi
-from tasks.arguments import non_negative_int, positive_float, positive_int
+from tasks.arguments import count, positive_float
 from tasks.causal_lm import CausalLMTask
 from tasks.checkpoint import data_settings
 from tasks.outputs import claim_outputs
@@ -49,8 +50,9 @@ class MusicContinuation(CausalLMTask):
     def add_perplexity_arguments(parser: argparse.ArgumentParser) -> None:
         """Options of ``multimodal perplexity`` for music checkpoints."""
         parser.add_argument("files", nargs="+", type=Path, help="MIDI files or folders (searched recursively)")
-        parser.add_argument("--seq-len", type=int, default=None, help="window length (default: the run's seq_len)")
-        parser.add_argument("--batch-size", type=int, default=8)
+        parser.add_argument("--seq-len", type=count(MAX_CONTEXT), default=None,
+                            help=f"window length (default: the run's seq_len; at most {MAX_CONTEXT:,})")  # fmt: skip
+        parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8, help=f"at most {MAX_BATCH_SIZE:,}")
 
     def run_perplexity(self, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
         """Prints nats per event, per note and per second of music for each file and in total.
@@ -59,7 +61,7 @@ class MusicContinuation(CausalLMTask):
         held-out pieces equals its ``val_nll``. Files that cannot be read are skipped with a warning.
         """
         data = data_settings(args.checkpoint)
-        seq_len = args.seq_len or data.get("seq_len") or self.config.max_seq_len
+        seq_len = args.seq_len if args.seq_len is not None else data.get("seq_len") or self.config.max_seq_len
         corpus = load_midi_files(args.files)
         print(f"windows of {seq_len} events; nll in nats per event, per note and per second of music")
         print(f"{'file':<44} {'events':>8} {'notes':>7} {'seconds':>8} {'/event':>8} {'/note':>8} {'/second':>8}")
@@ -81,13 +83,19 @@ class MusicContinuation(CausalLMTask):
         parser.add_argument("--primer", type=Path,
                             help="MIDI file to continue (default: a held-out chorale), or a folder: each file "
                                  "continued once, --batch-size at a time, into <name>.mid/.png/.wav")  # fmt: skip
-        parser.add_argument("--batch-size", type=positive_int, default=8, help="a folder of primers: files per batch")
+        parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8,
+                            help=f"a folder of primers: files per batch (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
         parser.add_argument("--primer-seconds", type=positive_float, default=5.0, help="length of the primer (s)")
-        parser.add_argument("--num-samples", type=positive_int, default=1)
-        parser.add_argument("--max-new-tokens", type=non_negative_int, default=512)
+        parser.add_argument("--num-samples", type=count(MAX_SAMPLES), default=1,
+                            help=f"continuations of the primer (at most {MAX_SAMPLES:,})")  # fmt: skip
+        parser.add_argument("--max-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=512,
+                            help=f"events to add (at most {MAX_NEW_TOKENS:,})")  # fmt: skip
         parser.add_argument("--no-audio", action="store_true", help="skip the WAV preview")
-        parser.add_argument("--num-beams", type=positive_int, default=1,
-                            help="beam search: the --num-samples best of N beams instead of samples")  # fmt: skip
+        parser.add_argument("--soundfont", default=None, help="a .sf2/.sf3 file to render the WAV with, or 'sine' "
+                            "(default: $MULTIMODAL_SOUNDFONT, else pretty_midi's TimGM6mb.sf2; docs/music.md)")  # fmt: skip
+        parser.add_argument("--num-beams", type=count(MAX_BEAMS), default=1,
+                            help=f"beam search: the --num-samples best of N beams instead of samples (at most "
+                                 f"{MAX_BEAMS})")  # fmt: skip
 
     def run_generate(self, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
         """Writes ``sample_{i}.mid/.png/.wav`` continuations of the primer to ``args.out``."""
@@ -110,6 +118,7 @@ class MusicContinuation(CausalLMTask):
             self.model, tokenizer, primer, args.out, num_samples=args.num_samples,
             max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
             top_p=args.top_p, seed=args.seed, progress=True, audio=not args.no_audio, num_beams=args.num_beams,
+            soundfont=args.soundfont,
         )  # fmt: skip
         print(f"primer: first {args.primer_seconds:g} s of {source} ({len(primer)} events)")
         for path in paths:
@@ -144,6 +153,7 @@ class MusicContinuation(CausalLMTask):
         paths = continue_primers(
             self.model, tokenizer, primers, out, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, audio=not args.no_audio,
+            soundfont=args.soundfont,
         )  # fmt: skip
         print(f"continued the first {args.primer_seconds:g} s of {len(paths)} file(s) of {args.primer}"
               + (f" ({len(skipped)} skipped)" if skipped else ""))  # fmt: skip

@@ -4,6 +4,7 @@ To add a task, add its class here (and a config under ``configs/``); nothing els
 """
 
 TASKS: dict[str, str] = {
+    "CausalLMTask": "tasks.causal_lm.CausalLMTask",
     "MusicContinuation": "tasks.music_continuation.MusicContinuation",
     "LanguageModeling": "tasks.language_modeling.LanguageModeling",
     "ImageClassification": "tasks.image_classification.ImageClassification",

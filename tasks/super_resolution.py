@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,7 +28,8 @@ from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMe
 
 from multimodal.data.image_folder import to_mode
 from multimodal.data.images import SKIMAGE_HELD_OUT_PHOTOS, bicubic_downsample, skimage_photos
-from multimodal.images import sample_high_res, upscale
+from multimodal.images import check_output_size, sample_high_res, upscale
+from multimodal.limits import MAX_BATCH_SIZE, MAX_OUTPUT_PIXELS
 from multimodal.models.config import (
     ConditionalSuperResolutionConfig,
     SuperResolutionConfig,
@@ -37,7 +39,7 @@ from multimodal.models.super_resolution import bicubic_upsample, build_super_res
 from multimodal.sr_metrics import psnr_y
 from multimodal.tokenizers.image import pixels_to_tokens
 from multimodal.viz import side_by_side_png
-from tasks.arguments import non_negative_int, positive_int
+from tasks.arguments import count, non_negative_int, positive_int
 from tasks.base import Task, adamw
 from tasks.finetune import FineTuneConfig
 from tasks.outputs import claim_outputs, log_folder, show_image
@@ -139,7 +141,12 @@ class _SuperResolutionTask(Task):
                             help="treat --input as the ground truth: downsample it first, report PSNR/SSIM vs bicubic")  # fmt: skip
         parser.add_argument("--tile", type=positive_int, default=None, help="tile side in low-resolution pixels")
         parser.add_argument("--overlap", type=non_negative_int, default=None, help="overlap of neighbouring tiles")
-        parser.add_argument("--batch-size", type=positive_int, default=8, help="tiles per forward pass")
+        parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8,
+                            help=f"tiles per forward pass (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
+        parser.add_argument("--max-output-pixels", type=positive_int, default=MAX_OUTPUT_PIXELS,
+                            help=f"refuse an input whose upscaled image has more pixels (default "
+                                 f"{MAX_OUTPUT_PIXELS:,} = 4096x4096, checked from the file's header; "
+                                 f"each pixel takes about 60 bytes)")  # fmt: skip
 
     def run_generate(self, tokenizer: None, args: argparse.Namespace) -> None:
         """Writes ``<name>_x<scale>.png`` and ``<name>_side_by_side.png`` (bicubic | ours [| original])."""
@@ -149,7 +156,13 @@ class _SuperResolutionTask(Task):
             image = skimage_photos([name])[0]
         else:
             name, evaluate = args.input.stem, args.evaluate
-            image = _read_image(args.input)
+
+            def check_size(width: int, height: int) -> None:  # from the header: a huge image is never decoded
+                low_height, low_width = (height // scale, width // scale) if evaluate else (height, width)
+                check_output_size(low_height, low_width, scale, args.max_output_pixels, str(args.input),
+                                  raise_with="--max-output-pixels (about 60 bytes per pixel)")  # fmt: skip
+
+            image = _read_image(args.input, check_size)
         original = _to_tensor(to_mode(image, "L" if channels == 1 else "RGB"))
         if evaluate:
             height, width = original.shape[-2] // scale * scale, original.shape[-1] // scale * scale
@@ -163,7 +176,8 @@ class _SuperResolutionTask(Task):
         out = Path(args.out)
         claim_outputs([out / f"{name}_x{scale}.png", out / f"{name}_side_by_side.png"], args.overwrite)
         ours = upscale(self.model, low_res.to(self.device), tile=args.tile, overlap=args.overlap,
-                       batch_size=args.batch_size, progress=True, **self.sampling_options(args)).cpu()  # fmt: skip
+                       batch_size=args.batch_size, progress=True, max_output_pixels=args.max_output_pixels,
+                       **self.sampling_options(args)).cpu()  # fmt: skip
         bicubic = bicubic_upsample(low_res[None], scale)[0]
         out.mkdir(parents=True, exist_ok=True)
         Image.fromarray(_to_uint8(ours)).save(out / f"{name}_x{scale}.png")
@@ -304,18 +318,27 @@ class AutoregressiveSuperResolution(_SuperResolutionTask):
         return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator)
 
 
-def _read_image(path: Path) -> Image.Image:
-    """The decoded image at ``path``; a folder or a file that is not an image is an error naming it."""
+def _read_image(path: Path, check_size: Callable[[int, int], None] | None = None) -> Image.Image:
+    """The decoded image at ``path``; a folder or a file that is not an image is an error naming it.
+
+    ``check_size(width, height)`` runs on the size in the file's header, before the pixels are decoded.
+    """
     if path.is_dir():
         raise IsADirectoryError(21, "a folder; --input takes one image file", str(path))
     try:
-        with Image.open(path) as image:
-            image.load()
-            return image.copy()
+        image = Image.open(path)
     except FileNotFoundError:
         raise
-    except Exception as error:  # PIL: UnidentifiedImageError, truncated data (OSError), ...
+    except Exception as error:  # PIL: UnidentifiedImageError, ...
         raise ValueError(f"{path}: not a readable image ({type(error).__name__}: {error})") from error
+    with image:
+        if check_size is not None:
+            check_size(*image.size)
+        try:
+            image.load()
+            return image.copy()
+        except Exception as error:  # truncated data (OSError), ...
+            raise ValueError(f"{path}: not a readable image ({type(error).__name__}: {error})") from error
 
 
 def _to_tensor(image: Image.Image) -> Tensor:

@@ -25,7 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from multimodal.cache import atomic_write_text
+from multimodal.cache import atomic_write_text, give_default_mode
 from multimodal.convert.parts import (
     CONFIG_FILE,
     FORMAT,
@@ -108,6 +108,7 @@ def export_blocks(
         **(metadata or {}),
     }
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
+    give_default_mode(out / WEIGHTS_FILE)  # safetensors writes it 0600
     atomic_write_text(out / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
     if tokenizer is not None:
         tokenizer.save(out / TOKENIZER_FILE)

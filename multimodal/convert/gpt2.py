@@ -40,6 +40,7 @@ from multimodal.convert.blocks import export_blocks
 from multimodal.convert.hf_folder import read_json, read_weights
 from multimodal.models import CausalLM, CausalLMConfig
 from multimodal.tokenizers.text import TextTokenizer
+from multimodal.weight_shapes import check_config_fits
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 _BLOCK_NAMES = {
@@ -108,9 +109,15 @@ def load_gpt2(hf_dir: str | os.PathLike[str], **config_overrides: Any) -> Causal
         config_overrides: Changes to the derived :class:`CausalLMConfig` (e.g. ``dropout=0.0``).
     """
     folder = Path(hf_dir)
-    config = gpt2_config(read_json(folder / "config.json"), **config_overrides)
-    model = CausalLM(config)
+    try:
+        config = gpt2_config(read_json(folder / "config.json"), **config_overrides)
+    except (TypeError, ValueError) as error:  # sizes that are not whole numbers >= 1, unsupported options
+        raise ValueError(f"{folder / 'config.json'}: {' '.join(str(error).split())}") from error
     state = convert_gpt2_state_dict(read_weights(folder), config)
+    # The sizes of config.json are checked against the weights before the model is allocated.
+    shapes = {name: tuple(tensor.shape) for name, tensor in state.items()}
+    check_config_fits(CausalLM, config, shapes, str(folder / "config.json"))
+    model = CausalLM(config)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [name for name in missing if not (config.tie_embeddings and name == "head.weight")]
     if missing or unexpected:

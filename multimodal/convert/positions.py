@@ -13,13 +13,13 @@ from typing import Any
 from torch import Tensor, nn
 
 from multimodal.convert.export import Export
+from multimodal.layers.positions.relative import RelativePositionEmbedding
+from multimodal.layers.positions.relative2d import RelativePosition2D
 from multimodal.layers.positions.resample import (
     resample_offset_table,
     resize_positions,
     resize_relative_table,
 )
-from multimodal.layers.positions.relative import RelativePositionEmbedding
-from multimodal.layers.positions.relative2d import RelativePosition2D
 
 
 def resize_table(

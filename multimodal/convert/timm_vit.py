@@ -41,6 +41,7 @@ from torch import Tensor
 
 from multimodal.convert.blocks import export_blocks
 from multimodal.models import ViT, ViTConfig
+from multimodal.weight_shapes import check_config_fits
 
 #: Heads of timm's standard ViT sizes (the shapes do not tell).
 NUM_HEADS = {"tiny": 3, "small": 6, "base": 12, "large": 16, "huge": 16}
@@ -197,8 +198,11 @@ def load_timm_vit(
     config = timm_vit_config(
         state, num_heads=num_heads, model_name=model_name, image_size=image_size, **overrides
     )
+    converted = convert_timm_vit_state_dict(state)
+    source = "the timm state dict" if isinstance(path_or_state, dict) else str(path_or_state)
+    check_config_fits(ViT, config, {name: tuple(t.shape) for name, t in converted.items()}, source)
     model = ViT(config)
-    missing, unexpected = model.load_state_dict(convert_timm_vit_state_dict(state), strict=False)
+    missing, unexpected = model.load_state_dict(converted, strict=False)
     if missing or unexpected:
         raise ValueError(f"timm ViT weights do not fit: missing {missing}, unexpected {unexpected}")
     return model.eval()

@@ -10,9 +10,11 @@ parser; pretty_midi stays the writer and synthesiser) in parallel processes, and
     <cache>/shard-00000.npy     float32 (notes, 4) = [pitch, start_s, end_s, velocity] of many files
 
 Notes follow :func:`multimodal.tokenizers.midi.notes_from_midi`: all non-drum tracks merged, the
-sustain pedal applied per track, sorted by start then pitch. A re-run parses only new or changed
+sustain pedal applied per track, sorted by start then pitch; and the same checks
+(:func:`~multimodal.tokenizers.midi.check_midi_timing`, :func:`~multimodal.tokenizers.midi.check_notes`:
+positive ticks per beat and tempos, finite times, notes that last). A re-run parses only new or changed
 files (size or modification time) into a new shard and forgets removed ones; corrupt files are
-skipped, counted and named, and not tried again until they change. Every file is written to a
+skipped with a warning, counted and named, and not tried again until they change. Every file is written to a
 temporary name and renamed, the manifest last, so an interrupted ingest loses at most its last
 shard and resumes.
 
@@ -36,10 +38,10 @@ from tqdm.auto import tqdm
 
 from multimodal.cache import atomic_write_text, cache_root
 from multimodal.data.music import MIDI_SUFFIXES, MidiCorpus
-from multimodal.tokenizers.midi import apply_sustain_pedal
+from multimodal.tokenizers.midi import UnusableMidi, apply_sustain_pedal, check_midi_timing, check_notes
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the reader's checks (caches of version 1 may hold files that fail them)
 
 
 def read_midi_notes(path: str | Path, include_drums: bool = False) -> np.ndarray:
@@ -47,11 +49,16 @@ def read_midi_notes(path: str | Path, include_drums: bool = False) -> np.ndarray
 
     The same conventions as :func:`~multimodal.tokenizers.midi.notes_from_midi` (pretty_midi):
     seconds through every tempo change, non-drum tracks merged, sustain pedal applied per track,
-    sorted by start then pitch.
+    sorted by start then pitch; the same checks.
+
+    Raises:
+        UnusableMidi: The file fails :func:`~multimodal.tokenizers.midi.check_midi_timing` or
+            :func:`~multimodal.tokenizers.midi.check_notes` (the reason, without the path).
     """
     import symusic
 
     score = symusic.Score(str(path), ttype="second")
+    check_midi_timing(score.ticks_per_quarter, (tempo.mspq for tempo in score.tempos))
     arrays = []
     for track in score.tracks:
         if (track.is_drum and not include_drums) or not len(track.notes):
@@ -69,7 +76,7 @@ def read_midi_notes(path: str | Path, include_drums: bool = False) -> np.ndarray
     if not arrays:
         return np.empty((0, 4))
     notes = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-    return notes[np.lexsort((notes[:, 0], notes[:, 1]))]
+    return check_notes(notes[np.lexsort((notes[:, 0], notes[:, 1]))])
 
 
 @dataclass
@@ -280,6 +287,8 @@ def _parse_all(paths: list[Path], include_drums: bool, workers: int) -> Iterator
 def _parse_one(path: Path, include_drums: bool) -> tuple[np.ndarray | None, str | None]:
     try:
         notes = read_midi_notes(path, include_drums)
+    except UnusableMidi as error:
+        return None, str(error)
     except Exception as error:  # symusic raises plain RuntimeErrors (or worse) on corrupt files
         return None, f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no detail'})"
     if not len(notes):

@@ -177,6 +177,8 @@ def load_midi_files(paths: list[str | Path], include_drums: bool = False) -> Mid
         for path in files:
             try:
                 piece = notes_from_midi(path, include_drums=include_drums)
+            except ValueError as error:  # unreadable, or failing the readers' checks: the file and the reason
+                reason = str(error).removeprefix(f"{path}: ")
             except Exception as error:  # mido/pretty_midi raise many kinds on corrupt files
                 reason = f"cannot be read ({type(error).__name__}: {error})"
             else:

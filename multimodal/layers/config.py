@@ -6,14 +6,55 @@ and string ``Literal`` choices only, so it round-trips through YAML, ``--help`` 
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 PositionScheme = Literal["none", "sinusoidal", "learned", "relative", "relative2d", "rotary", "alibi"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
 RotaryScaling = Literal["none", "linear", "ntk"]
 AttentionPattern = Literal["full", "local1d", "local2d"]
+
+
+def check_sizes(
+    config: Any,
+    positive: Iterable[str] = (),
+    non_negative: Iterable[str] = (),
+    optional_positive: Iterable[str] = (),
+    optional_non_negative: Iterable[str] = (),
+) -> None:
+    """Raises ``ValueError`` naming the first size field of ``config`` that is not a whole number in range.
+
+    Sizes come from YAML, JSON (``config.json`` of a model folder, a converted model's Hugging Face
+    config) and checkpoints, where ``-1`` or ``1e6`` (a float) are easy to write; a size must be an
+    integer (not a bool, not a float) ``>= 1`` (``positive``) or ``>= 0`` (``non_negative``). Fields
+    of the ``optional_*`` groups may also be ``None``; a tuple field (a shape) is checked item by item.
+    Integer values of other types (NumPy's) are stored back as ``int``.
+    """
+    groups = (
+        (positive, 1, False),
+        (non_negative, 0, False),
+        (optional_positive, 1, True),
+        (optional_non_negative, 0, True),
+    )
+    for names, low, optional in groups:
+        for name in names:
+            value = getattr(config, name)
+            if value is None and optional:
+                continue
+            items = value if isinstance(value, (tuple, list)) else (value,)
+            if not items or any(isinstance(item, bool) or not isinstance(item, numbers.Integral) or item < low
+                                for item in items):  # fmt: skip
+                wanted = "a whole number >= 1" if low else "a whole number >= 0"
+                raise ValueError(
+                    f"{type(config).__name__}.{name} must be {wanted}{' (or null)' if optional else ''}"
+                    f"{' in every entry' if isinstance(value, (tuple, list)) else ''}, got {value!r}; "
+                    f"fix {name} in the model config (the run's YAML, or config.json of the model folder)"
+                )
+            if not isinstance(value, (tuple, list)):
+                setattr(config, name, int(value))
 
 
 @dataclass
@@ -33,7 +74,7 @@ class TransformerConfig:
             embeddings inside every attention layer (Shaw et al. 2018, computed with the Music
             Transformer skew); ``"relative2d"`` learned row- and column-offset embeddings inside
             every attention layer for tokens on a ``grid_size`` grid (image patches; see
-            :mod:`multimodal.layers.relative2d`); ``"rotary"`` queries and keys turned by their
+            :mod:`multimodal.layers.positions.relative2d`); ``"rotary"`` queries and keys turned by their
             position (RoPE, Su et al. 2021; ``rotary_*``); ``"alibi"`` a fixed linear distance
             penalty per head (Press et al. 2022).
         max_seq_len: Longest sequence the absolute position tables cover (and the default
@@ -106,6 +147,13 @@ class TransformerConfig:
     local_memory_shape: tuple[int, int] = (8, 8)
 
     def __post_init__(self) -> None:
+        check_sizes(
+            self,
+            positive=("dim", "num_layers", "num_heads", "max_seq_len", "local_window", "local_query_shape"),
+            non_negative=("local_memory_shape",),
+            optional_positive=("ff_dim", "num_kv_heads", "context_dim", "local_grid_width", "grid_size"),
+            optional_non_negative=("max_relative_distance",),
+        )
         if self.dim % self.num_heads:
             raise ValueError(
                 f"dim={self.dim} is not divisible by num_heads={self.num_heads}; "

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from multimodal.layers.config import AttentionPattern, PositionScheme, TransformerConfig
+from multimodal.layers.config import AttentionPattern, PositionScheme, TransformerConfig, check_sizes
 
 # Sizes shared by every family; each family adds its own fields.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -52,6 +52,10 @@ class CausalLMConfig(Presets, TransformerConfig):
 
     vocab_size: int = 256
     tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        check_sizes(self, positive=("vocab_size",))
+        super().__post_init__()
 
 
 # The standard ViT sizes (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti and S), plus "micro"
@@ -97,6 +101,7 @@ class ViTConfig(Presets, TransformerConfig):
     pooling: Literal["cls", "mean"] = "cls"
 
     def __post_init__(self) -> None:
+        check_sizes(self, positive=("image_size", "patch_size", "channels"), non_negative=("num_classes",))
         height, width = (
             (self.image_size, self.image_size) if isinstance(self.image_size, int) else self.image_size
         )
@@ -170,6 +175,9 @@ class ImageTransformerConfig(Presets, TransformerConfig):
     pixel_positions: Literal["absolute", "none"] = "absolute"
 
     def __post_init__(self) -> None:
+        check_sizes(
+            self, positive=("height", "width", "channels", "num_levels"), non_negative=("num_classes",)
+        )
         if min(self.height, self.width, self.channels) < 1 or not 2 <= self.num_levels <= 256:
             raise ValueError(
                 f"need height, width, channels >= 1 and 2 <= num_levels <= 256, got {self.height}x{self.width}"
@@ -221,6 +229,9 @@ class PatchEncoderConfig(Presets, TransformerConfig):
     stem_channels: int = 32
 
     def __post_init__(self) -> None:
+        check_sizes(
+            self, positive=("scale", "channels", "crop_size", "patch_size"), non_negative=("stem_channels",)
+        )
         if self.scale < 1 or self.patch_size < 1 or self.crop_size % (self.scale * self.patch_size):
             raise ValueError(
                 f"crop_size={self.crop_size} must be a multiple of scale * patch_size = "
@@ -278,6 +289,8 @@ class ConditionalSuperResolutionConfig(PatchEncoderConfig):
     decoder_memory_shape: tuple[int, int] = (2, 12)
 
     def __post_init__(self) -> None:
+        check_sizes(self, positive=("num_levels", "decoder_layers", "decoder_query_shape"),
+                    non_negative=("decoder_memory_shape",))  # fmt: skip
         self.decoder_query_shape = tuple(int(size) for size in self.decoder_query_shape)
         self.decoder_memory_shape = tuple(int(size) for size in self.decoder_memory_shape)
         super().__post_init__()

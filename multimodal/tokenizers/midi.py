@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -361,15 +362,26 @@ def notes_from_midi(midi: str | Path | pretty_midi.PrettyMIDI, include_drums: bo
         float64 array ``(num_notes, 4)`` of ``[pitch, start_s, end_s, velocity]`` sorted by start
         then pitch. Times are seconds (pretty_midi applies every tempo change). The sustain
         pedal of each instrument is applied with :func:`apply_sustain_pedal`.
+
+    Raises:
+        ValueError: A file that cannot be parsed, or fails the checks every reader applies
+            (:func:`check_midi_timing`, :func:`check_notes`), naming the file and the reason.
     """
     if not isinstance(midi, pretty_midi.PrettyMIDI):
         path = Path(midi)
         if path.is_dir():
             raise IsADirectoryError(21, "a folder, not a MIDI file", str(path))
+        import mido
+
         try:
-            midi = pretty_midi.PrettyMIDI(str(path))
+            parsed = mido.MidiFile(filename=str(path), charset="latin1")  # what pretty_midi would parse
+            check_midi_timing(parsed.ticks_per_beat, (m.tempo for t in parsed.tracks for m in t if m.type == "set_tempo"))
+            midi = pretty_midi.PrettyMIDI(mido_object=parsed)
+            return check_notes(notes_from_midi(midi, include_drums))
         except FileNotFoundError:
             raise
+        except UnusableMidi as error:
+            raise ValueError(f"{path}: {error}") from error
         except Exception as error:  # mido raises bare EOFError, OSError, KeyError, ... on broken files
             detail = str(error).strip() or "the file ends early"
             raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__}: {detail})") from error
@@ -385,6 +397,52 @@ def notes_from_midi(midi: str | Path | pretty_midi.PrettyMIDI, include_drums: bo
         arrays.append(notes)
     notes = np.concatenate(arrays)
     return notes[np.lexsort((notes[:, 0], notes[:, 1]))]
+
+
+class UnusableMidi(ValueError):
+    """A MIDI file that parses but whose timing or notes make no sense (:func:`check_midi_timing`, :func:`check_notes`)."""
+
+
+def check_midi_timing(ticks_per_beat: int, tempos: Iterable[float]) -> None:
+    """The header checks every MIDI reader here applies (pretty_midi's and the cache's symusic one).
+
+    Args:
+        ticks_per_beat: The resolution in the file's header.
+        tempos: Every ``set_tempo`` of the file, in microseconds per beat.
+
+    Raises:
+        UnusableMidi: Ticks per beat not positive (every note time would be infinite), or a tempo
+            of 0 (every note after it would last no time).
+    """
+    if not ticks_per_beat > 0:
+        raise UnusableMidi(f"its header gives {ticks_per_beat} ticks per beat, so note times cannot be computed")
+    for tempo in tempos:
+        if not tempo > 0:
+            raise UnusableMidi(f"it sets a tempo of {tempo} microseconds per beat, so its notes would last no time")
+
+
+def check_notes(notes: np.ndarray) -> np.ndarray:
+    """The note checks every MIDI reader here applies; returns ``notes`` when they pass.
+
+    Args:
+        notes: ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` as read from a file.
+
+    Raises:
+        UnusableMidi: Times that are not finite or negative, a note that ends before it starts, or
+            notes that all last no time. (A file without notes passes: callers say so themselves.)
+    """
+    if not len(notes):
+        return notes
+    times = notes[:, 1:3]
+    if not np.isfinite(times).all():
+        raise UnusableMidi("its note times are not finite numbers")
+    if (times < 0).any():
+        raise UnusableMidi("a note starts before time 0")
+    if (notes[:, 2] < notes[:, 1]).any():
+        raise UnusableMidi("a note ends before it starts")
+    if not (notes[:, 2] > notes[:, 1]).any():
+        raise UnusableMidi("every note lasts no time (0 s)")
+    return notes
 
 
 def apply_sustain_pedal(notes: np.ndarray, control_changes: list[pretty_midi.ControlChange] | np.ndarray) -> np.ndarray:

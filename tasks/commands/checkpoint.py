@@ -43,12 +43,15 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
                         help="a .ckpt written by `multimodal fit`, a run folder (its best checkpoint) or a model folder")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     task = tokenizer = None
+    if known.checkpoint is not None and not known.checkpoint.exists() and not {"-h", "--help"} & set(argv):
+        parser.error(f"--checkpoint {known.checkpoint}: no such checkpoint file or folder")  # before the task's options
     if known.checkpoint is not None and known.checkpoint.exists():
         import torch
 
         from tasks.checkpoint import load_task
 
         device = known.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        check_device(parser, device)  # before loading: a bad device is not a bad checkpoint
         task, tokenizer = load_task(known.checkpoint, map_location=device)
         if not task.supports(name):
             getattr(task, f"add_{name}_arguments")(parser)  # may explain what to run instead, and exit
@@ -59,4 +62,49 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     args = parser.parse_args(argv)
     if task is None:
         parser.error(f"checkpoint not found: {args.checkpoint}")
+    if name == "generate":
+        _check_decoding(parser, args)
     getattr(task, f"run_{name}")(tokenizer, args)
+
+
+#: Options only sampling uses. Beam search (``--num-beams N``, N > 1) is deterministic and refuses
+#: them, as :func:`multimodal.generation.generate` does, rather than ignore them.
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "seed", "min_p", "repetition_penalty", "no_repeat_ngram_size",
+                    "min_new_tokens", "stream")  # fmt: skip
+
+
+def _check_decoding(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses options the chosen decoding would ignore, and lengths that cannot both hold."""
+
+    def given(name: str) -> bool:
+        return hasattr(args, name) and getattr(args, name) != parser.get_default(name)
+
+    beams = getattr(args, "num_beams", 1)
+    if beams > 1:
+        refused = ["--" + name.replace("_", "-") for name in SAMPLING_OPTIONS if given(name)]
+        if refused:
+            parser.error(f"--num-beams {beams}: num_beams > 1 is deterministic beam search; it does not take "
+                         f"{', '.join(refused)}")  # fmt: skip
+    elif given("length_penalty"):
+        parser.error("--length-penalty: only beam search uses it; add --num-beams N (N > 1)")
+    low, high = getattr(args, "min_new_tokens", None), getattr(args, "max_new_tokens", None)
+    if low is not None and high is not None and low > high:
+        parser.error(f"--min-new-tokens {low}: more than --max-new-tokens {high}")
+
+
+def check_device(parser: argparse.ArgumentParser, device: str) -> None:
+    """Refuses a ``--device`` torch does not know, or one this machine does not have."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError, TypeError):
+        parser.error(f"--device {device}: not a device; use cpu, cuda, cuda:N or mps")
+    if kind not in ("cpu", "cuda", "mps"):
+        parser.error(f"--device {device}: use cpu, cuda, cuda:N or mps")
+    if kind == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {device}: no CUDA device on this machine")
+    if kind == "cuda" and torch.device(device).index is not None and torch.device(device).index >= torch.cuda.device_count():
+        parser.error(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        parser.error(f"--device {device}: no MPS device on this machine")

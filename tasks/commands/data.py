@@ -14,9 +14,12 @@ Fetchers import their heavy modules inside the function, so ``multimodal --help`
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tasks.arguments import positive_int
 
 
 @dataclass
@@ -100,7 +103,7 @@ def _midi_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", type=Path, help="a folder tree of .mid / .midi files")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="default: $MULTIMODAL_CACHE/midi/<folder name>-<hash>")  # fmt: skip
-    parser.add_argument("--workers", type=int, default=None, help="parsing processes (default: one per core)")
+    parser.add_argument("--workers", type=positive_int, default=None, help="parsing processes (default: one per core)")
     parser.add_argument("--include-drums", action="store_true", help="keep drum tracks")
 
 
@@ -109,8 +112,25 @@ def _midi_arguments(parser: argparse.ArgumentParser) -> None:
 def _ingest_midi(args: argparse.Namespace) -> Path:
     from multimodal.data.midi_cache import ingest_midi
 
-    if not args.folder.is_dir():
-        raise SystemExit(f"error: {args.folder}: not a folder of MIDI files")
+    if not args.folder.is_dir():  # one line and exit status 2 (tasks.cli.main), like every failing command
+        raise NotADirectoryError(20, "not a folder of MIDI files" if args.folder.exists() else "no such folder",
+                                 str(args.folder))  # fmt: skip
     report = ingest_midi(args.folder, args.cache_dir, num_workers=args.workers, include_drums=args.include_drums)
     print(report)
     return report.cache
+
+
+@fetcher("soundfonts", "locate Debian's larger General MIDI SoundFonts (downloads nothing); prints the best found")
+def _find_soundfonts(args: argparse.Namespace) -> Path:
+    """Lists each SoundFont as found or missing (with its ``apt-get install`` line) on stderr."""
+    from multimodal.synthesis import SOUNDFONT_ENV, bundled_soundfont, default_soundfont, find_soundfonts
+
+    found = find_soundfonts()
+    for package, path, about, installed in found:
+        how = "found  " if installed else "missing"
+        print(f"{how} {path}  ({about})" + ("" if installed else f"  <- sudo apt-get install {package}"),
+              file=sys.stderr)  # fmt: skip
+    print(f"bundled {bundled_soundfont()}  (TimGM6mb, 6 MiB, GPL-2, from pretty_midi)", file=sys.stderr)
+    print(f"WAVs now use {default_soundfont()}; choose one with `export {SOUNDFONT_ENV}=PATH` or "
+          "`multimodal generate --soundfont PATH`", file=sys.stderr)  # fmt: skip
+    return next((path for _, path, _, installed in found if installed), bundled_soundfont())

@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from tasks.arguments import non_negative_float, non_negative_int, positive_float, positive_int, probability
+from multimodal.limits import MAX_NEW_TOKENS, MAX_SAMPLES
+from tasks.arguments import count, non_negative_float, positive_float, positive_int, probability
 
 
 def sample_stats_command(argv: list[str]) -> None:
@@ -22,12 +23,14 @@ def sample_stats_command(argv: list[str]) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, required=True, help="a music .ckpt written by `multimodal fit`")
     parser.add_argument("--primers", type=Path, nargs="+", help="MIDI files to continue (default: held-out pieces)")
-    parser.add_argument("--num-primers", type=positive_int, default=8, help="held-out pieces to continue")
+    parser.add_argument("--num-primers", type=count(MAX_SAMPLES), default=8,
+                        help=f"held-out pieces to continue (at most {MAX_SAMPLES:,})")  # fmt: skip
     parser.add_argument("--split", choices=["val", "test"], default="val",
                         help="which held-out pieces (as the run split them)")  # fmt: skip
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--primer-seconds", type=positive_float, default=6.0)
-    parser.add_argument("--max-new-tokens", type=non_negative_int, default=512)
+    parser.add_argument("--max-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=512,
+                        help=f"events to add (at most {MAX_NEW_TOKENS:,})")  # fmt: skip
     parser.add_argument("--temperature", type=non_negative_float, default=1.0)
     parser.add_argument("--top-k", type=positive_int, default=None)
     parser.add_argument("--top-p", type=probability, default=None)
@@ -45,9 +48,12 @@ def sample_stats_command(argv: list[str]) -> None:
     from multimodal.music_stats import comparison_table, overlaps
     from multimodal.tokenizers.midi import notes_from_midi
     from tasks.checkpoint import load_task
+    from tasks.commands.checkpoint import check_device
     from tasks.music_continuation import MusicContinuation, run_pieces
 
-    task, tokenizer = load_task(args.checkpoint, map_location=args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(parser, device)  # before loading: a bad device is not a bad checkpoint
+    task, tokenizer = load_task(args.checkpoint, map_location=device)
     if not isinstance(task, MusicContinuation):
         parser.error(f"{args.checkpoint} is a {type(task).__name__} checkpoint, not a music model")
     if args.primers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import pytorch_lightning as pl
@@ -150,8 +151,17 @@ class MusicDataModule(pl.LightningDataModule):
 
 
 def midi_folder_corpus(folder: str) -> MidiCorpus:
-    """A folder's pieces through the ingested note cache (parsed once; only new files after that)."""
+    """A folder's pieces through the ingested note cache (parsed once; only new files after that).
+
+    Files the cache skipped (unreadable, no notes, failing the readers' checks) are named in a
+    warning on every run, not only the one that parsed them.
+    """
     report = ingest_midi(folder, progress=False)
+    if report.skipped:
+        named = "; ".join(f"{name}: {reason}" for name, reason in list(report.skipped.items())[:5])
+        more = f"; ... (all in {report.cache / 'manifest.json'})" if len(report.skipped) > 5 else ""
+        warnings.warn(f"{folder}: {len(report.skipped)} of {report.files} MIDI files skipped ({named}{more})",
+                      stacklevel=2)  # fmt: skip
     corpus = MidiCache(report.cache).corpus()
     if not corpus.names:
         raise FileNotFoundError(f"{folder}: no usable MIDI file ({len(report.skipped)} skipped, {report.files} found)")

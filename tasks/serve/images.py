@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,20 +12,34 @@ import torch
 from PIL import Image
 
 from multimodal.data.image_folder import to_mode
-from multimodal.images import sample_images, upscale
+from multimodal.images import ImageTooLarge, check_output_size, sample_images, upscale
+from multimodal.limits import MAX_OUTPUT_PIXELS
 from multimodal.models.super_resolution import bicubic_upsample
 from multimodal.viz import image_grid, side_by_side_png
 from tasks.checkpoint import data_settings
+from tasks.serve import SEEDS, bounded
+
+TEMPERATURE = (0.1, 1.5)  # the widget's bounds, checked again in the function (the API)
+SAMPLES = (1, 64)  # the same for the number of samples: a request cannot ask for 10**9 images
 
 
-def _open(path: str) -> Image.Image:
-    """An uploaded image, decoded; a file that is not one is a ``ValueError`` saying so."""
+def _open(path: str, check_size: Callable[[int, int], None] | None = None) -> Image.Image:
+    """An uploaded image, decoded; a file that is not one is a ``ValueError`` saying so.
+
+    ``check_size(width, height)`` runs on the size in the file's header, before the pixels are decoded.
+    """
     try:
-        with Image.open(path) as image:
+        image = Image.open(path)
+    except Exception as error:  # PIL: UnidentifiedImageError, ...
+        raise ValueError(f"{Path(path).name} is not a readable image ({type(error).__name__})") from error
+    with image:
+        if check_size is not None:
+            check_size(*image.size)
+        try:
             image.load()
             return image.copy()
-    except Exception as error:  # PIL: UnidentifiedImageError, truncated data (OSError), ...
-        raise ValueError(f"{Path(path).name} is not a readable image ({type(error).__name__})") from error
+        except Exception as error:  # truncated data (OSError), ...
+            raise ValueError(f"{Path(path).name} is not a readable image ({type(error).__name__})") from error
 
 
 class GenerationSession:
@@ -34,12 +49,16 @@ class GenerationSession:
         self.task = task
 
     def sample(self, label: str | None, count: int, temperature: float, seed: int) -> tuple[Any, str]:
-        """``(grid (H, W, 3) uint8, message)``."""
+        """``(grid (H, W, 3) uint8, message)``; a ``gradio.Error`` for a setting outside its widget's bounds."""
         config = self.task.config
+        count = int(bounded("samples", count, *SAMPLES, whole=True))
+        temperature = bounded("temperature", temperature, *TEMPERATURE)
+        seed = int(bounded("seed", seed, *SEEDS, whole=True))
         labels = None
         if config.class_conditional:
-            labels = torch.full((int(count),), int(label or 0), dtype=torch.long, device=self.task.device)
-        generator = torch.Generator(device=self.task.device).manual_seed(int(seed))
+            label = int(bounded("class", label or 0, 0, config.num_classes - 1, whole=True))
+            labels = torch.full((int(count),), label, dtype=torch.long, device=self.task.device)
+        generator = torch.Generator(device=self.task.device).manual_seed(seed)
         images = sample_images(self.task.model, int(count), labels=labels, temperature=temperature, generator=generator)
         grid = image_grid(images, pixel_scale=max(1, 64 // config.width))
         return grid, f"{int(count)} samples" + (f" of class {label}" if labels is not None else "")
@@ -58,9 +77,9 @@ def generation_page(task: Any) -> Any:
             classes = [str(i) for i in range(config.num_classes)] if config.class_conditional else []
             label = gr.Dropdown(classes, value=classes[0] if classes else None, label="class",
                                 visible=bool(classes))  # fmt: skip
-            count = gr.Slider(1, 64, value=16, step=1, label="samples")
-            temperature = gr.Slider(0.1, 1.5, value=1.0, step=0.05, label="temperature")
-            seed = gr.Number(0, precision=0, label="seed")
+            count = gr.Slider(*SAMPLES, value=16, step=1, label="samples")
+            temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
+            seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
         button = gr.Button("Sample", variant="primary")
         message = gr.Markdown()
         grid = gr.Image(label="samples", type="numpy")
@@ -80,11 +99,18 @@ class SuperResolutionSession:
         """``(side-by-side png, upscaled png, message)``; a message alone for a missing or broken upload."""
         if not upload:
             return None, None, "Upload an image to upscale."
+        config = self.task.config
+
+        def check_size(width: int, height: int) -> None:  # the header's size: a huge upload is never decoded
+            check_output_size(height, width, config.scale, MAX_OUTPUT_PIXELS, Path(upload).name,
+                              raise_with=None)  # fmt: skip
+
         try:
-            image = _open(upload)
+            image = _open(upload, check_size)
+        except ImageTooLarge as error:
+            return None, None, f"Too large to upscale here: {error}"
         except ValueError as error:
             return None, None, f"Could not read the upload: {error}"
-        config = self.task.config
         array = np.asarray(to_mode(image, "L" if config.channels == 1 else "RGB"), dtype=np.float32) / 255
         low_res = torch.from_numpy(array)
         low_res = low_res[None] if low_res.dim() == 2 else low_res.permute(2, 0, 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -9,6 +11,11 @@ from typing import Any
 from multimodal.music import continue_music, primer_ids
 from multimodal.tokenizers.midi import notes_from_midi
 from tasks.music_continuation import run_pieces
+from tasks.serve import SEEDS, bounded
+
+# the widgets' bounds, checked again in the function: a request through the API can send anything
+SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0)
+KEEP = 32  # request folders kept (Gradio serves its own copies): the server's disk use stays bounded
 
 
 class MusicSession:
@@ -25,13 +32,21 @@ class MusicSession:
         held_out = run_pieces(checkpoint, "val")
         self.pieces = dict(zip(held_out.names, held_out.notes, strict=True))
         self.folder = Path(tempfile.mkdtemp(prefix="multimodal-serve-"))
-        self.count = 0
+        self.count = itertools.count(1)  # next() is atomic: concurrent requests get their own folders
 
     def continue_primer(
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
         seed: int,
     ) -> tuple[str | None, str | None, str | None, str]:
-        """``(wav, piano roll png, midi, message)`` for a held-out ``piece`` or an uploaded MIDI file (it wins)."""
+        """``(wav, piano roll png, midi, message)`` for a held-out ``piece`` or an uploaded MIDI file (it wins);
+        a ``gradio.Error`` (one line) for an upload that is not MIDI or a setting outside its widget's bounds."""
+        import gradio as gr
+
+        seconds = bounded("primer (seconds)", seconds, *SECONDS)
+        length = int(bounded("new events", length, *NEW_EVENTS, whole=True))
+        temperature = bounded("temperature", temperature, *TEMPERATURE)
+        top_p = bounded("top-p", top_p, *TOP_P)
+        seed = int(bounded("seed", seed, *SEEDS, whole=True))
         try:
             if upload:
                 notes, source = notes_from_midi(upload), Path(upload).name
@@ -41,14 +56,16 @@ class MusicSession:
                 return None, None, None, "Choose a held-out piece or upload a MIDI file."
             if not len(notes[notes[:, 1] < seconds]):
                 return None, None, None, f"{source}: no note starts in its first {seconds:g} s; give a longer primer."
-        except ValueError as error:  # a broken upload: say so on the page
-            return None, None, None, f"Could not read the upload: {error}"
+        except ValueError as error:  # not MIDI, or broken: one line on the page, an error through the API
+            reason = " ".join(str(error).replace(str(upload), Path(upload).name).split())
+            raise gr.Error(f"Could not read the upload: {reason}") from None
         primer = primer_ids(notes, self.tokenizer, seconds)
-        self.count += 1
-        out = self.folder / f"request_{self.count}"
-        (path,) = continue_music(self.task.model, self.tokenizer, primer, out, max_new_tokens=int(length),
-                                 temperature=temperature, top_p=top_p, seed=int(seed), audio=True)  # fmt: skip
-        message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {int(length)} new events."
+        number = next(self.count)
+        shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
+        out = self.folder / f"request_{number}"
+        (path,) = continue_music(self.task.model, self.tokenizer, primer, out, max_new_tokens=length,
+                                 temperature=temperature, top_p=top_p, seed=seed, audio=True)  # fmt: skip
+        message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events."
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
 
 
@@ -65,11 +82,11 @@ def music_page(task: Any, tokenizer: Any, checkpoint: Path) -> Any:
             with gr.Column():
                 piece = gr.Dropdown(names, value=names[0] if names else None, label="held-out piece")
                 upload = gr.File(label="or your MIDI file", file_types=[".mid", ".midi"], type="filepath")
-                seconds = gr.Slider(1, 30, value=6, step=0.5, label="primer (seconds)")
-                length = gr.Slider(16, 1024, value=512, step=16, label="new events")
-                temperature = gr.Slider(0.1, 1.5, value=1.0, step=0.05, label="temperature")
-                top_p = gr.Slider(0.5, 1.0, value=0.95, step=0.01, label="top-p")
-                seed = gr.Number(0, precision=0, label="seed")
+                seconds = gr.Slider(*SECONDS, value=6, step=0.5, label="primer (seconds)")
+                length = gr.Slider(*NEW_EVENTS, value=512, step=16, label="new events")
+                temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
+                top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
+                seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
                 button = gr.Button("Continue", variant="primary")
             with gr.Column():
                 message = gr.Markdown()

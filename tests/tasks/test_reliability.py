@@ -53,6 +53,20 @@ def test_a_broken_midi_primer_is_named_in_one_line(runs, tmp_path, capsys, monke
     assert line.startswith("error: ") and str(primer) in line and "MIDI" in line
 
 
+def test_a_file_that_is_not_a_soundfont_is_refused_before_generating(runs, tmp_path, capsys, monkeypatch):
+    text = tmp_path / "piano.sf2"
+    text.write_text("not a SoundFont\n")
+    out = tmp_path / "o"
+    for soundfont, reason in [(text, "no RIFF sfbk header"), (tmp_path / "absent.sf2", "No such file")]:
+        line = one_line_error(["generate", "--checkpoint", runs["music"], "--max-new-tokens", "8", "--out", out,
+                               "--soundfont", soundfont], capsys, monkeypatch)  # fmt: skip
+        assert line.startswith(f"error: {soundfont}: not a readable SoundFont (") and reason in line
+    assert not out.exists()  # refused before anything was generated or written
+    main(["generate", "--checkpoint", str(runs["music"]), "--max-new-tokens", "8", "--out", str(out),
+          "--soundfont", "sine"])  # fmt: skip
+    assert (out / "sample_0.wav").is_file()
+
+
 def test_a_folder_as_primer_and_a_primer_without_notes_are_refused(runs, tmp_path, capsys, monkeypatch):
     line = one_line_error(["generate", "--checkpoint", runs["music"], "--primer", tmp_path, "--out", tmp_path / "o"],
                           capsys, monkeypatch)  # fmt: skip
@@ -314,3 +328,14 @@ def test_images_for_super_resolution_are_checked_and_deep_images_rescaled(tmp_pa
                            (["--input", tmp_path / "dot.png", "--evaluate"], "too small")):  # fmt: skip
         line = one_line_error(["generate", "--checkpoint", last, "--out", tmp_path / "o", *argv], capsys, monkeypatch)
         assert expected in line
+
+
+def test_a_checkpoints_model_config_must_fit_its_weights_before_the_task_builds_it(runs, tmp_path, capsys, monkeypatch):
+    checkpoint = torch.load(runs["music"], weights_only=True)
+    checkpoint["hyper_parameters"]["model"]["num_layers"] = 1_000_000
+    planted = tmp_path / "planted.ckpt"
+    torch.save(checkpoint, planted)
+    for command in ("generate", "perplexity"):
+        line = one_line_error([command, "--checkpoint", planted, tmp_path / "x.mid"][: 3 if command == "generate" else 4],
+                              capsys, monkeypatch)  # fmt: skip
+        assert str(planted) in line and "num_layers=1000000" in line

@@ -43,8 +43,9 @@ def test_music_page_continues_a_held_out_piece_and_explains_a_broken_upload(chec
     wav, roll, midi, message = session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0)
     assert Path(wav).stat().st_size > 1000 and Path(roll).stat().st_size > 1000 and Path(midi).is_file()
     assert piece in message
-    assert session.continue_primer(piece, _broken(tmp_path, ".mid"), 3.0, 32, 1.0, 0.95, 0)[:3] == (None, None, None)
-    assert "Could not read the upload" in session.continue_primer(None, _broken(tmp_path, ".mid"), 3.0, 32, 1.0, 0.95, 0)[3]
+    for chosen in (piece, None):  # the upload wins over the piece; a broken one is a one-line error
+        with pytest.raises(gradio.Error, match="Could not read the upload: broken.mid: not a readable MIDI"):
+            session.continue_primer(chosen, _broken(tmp_path, ".mid"), 3.0, 32, 1.0, 0.95, 0)
 
 
 def test_text_page_streams_a_continuation(checkpoints):
@@ -113,3 +114,19 @@ def test_serve_refuses_a_missing_checkpoint_in_one_line(tmp_path, capsys, monkey
     with pytest.raises(SystemExit) as stopped:
         main(["serve", "--checkpoint", str(tmp_path / "missing.ckpt")])
     assert stopped.value.code == 2 and "checkpoint not found" in capsys.readouterr().err
+
+
+def test_text_and_image_functions_check_their_settings_whatever_the_api_sends(checkpoints):
+    from tasks.serve.images import GenerationSession
+    from tasks.serve.text import TextSession
+
+    task, tokenizer = load_task(checkpoints["text"])
+    text = TextSession(task, tokenizer)
+    for settings in [(1.6, 0.95, 0), (float("nan"), 0.95, 0), (0.8, 0.4, 0), (0.8, 0.95, -1), (0.8, 0.95, None)]:
+        with pytest.raises(gradio.Error, match="temperature|top-p|seed"):
+            next(text.continue_prompt("def ", 8, *settings))
+    task, _ = load_task(checkpoints["image_generation"])
+    images = GenerationSession(task)
+    for label, temperature, seed in [("3", 0.0, 0), ("3", 1.0, 2**32), ("3", 1.0, 0.5), ("10", 1.0, 0), ("-1", 1.0, 0)]:
+        with pytest.raises(gradio.Error, match="class|temperature|seed"):
+            images.sample(label, 2, temperature, seed)
