@@ -129,7 +129,8 @@ class MultimodalCLI(LightningCLI):
         try:
             checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu")
         except Exception as error:  # a truncated or foreign file
-            self.parser.error(f"--ckpt_path {ckpt_path}: not a readable checkpoint ({type(error).__name__}: {error})")
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            self.parser.error(f"--ckpt_path {ckpt_path}: not a readable checkpoint ({detail[:200]})")
         entry, hparams = checkpoint.get("multimodal"), checkpoint.get("hyper_parameters")
         if entry is None or not hparams:
             self.parser.error(f"--ckpt_path {ckpt_path}: not written by a multimodal task (no 'multimodal' entry)")

@@ -339,3 +339,36 @@ def test_a_checkpoints_model_config_must_fit_its_weights_before_the_task_builds_
         line = one_line_error([command, "--checkpoint", planted, tmp_path / "x.mid"][: 3 if command == "generate" else 4],
                               capsys, monkeypatch)  # fmt: skip
         assert str(planted) in line and "num_layers=1000000" in line
+
+
+class _Planted:
+    """Unpickling this runs ``Path.touch`` on a marker file: the code a crafted pickle would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_crafted_pickle_is_never_unpickled(runs, tmp_path, capsys, monkeypatch):
+    import pickle
+
+    marker = tmp_path / "code-ran"
+    checkpoint = torch.load(runs["music"], weights_only=True)
+    checkpoint["hyper_parameters"]["planted"] = _Planted(marker)
+    planted = tmp_path / "planted.ckpt"
+    torch.save(checkpoint, planted, pickle_module=pickle)
+    for argv in (["generate", "--checkpoint", planted], ["export", "--checkpoint", planted, "--out", tmp_path / "e"],
+                 ["validate", *MUSIC, "--ckpt_path", planted]):  # fmt: skip
+        line = one_line_error(argv, capsys, monkeypatch)
+        assert "planted.ckpt" in line and "not a readable checkpoint" in line
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        __import__("multimodal").load(planted)
+    assert not marker.exists()
+
+
+def test_text_generate_refuses_a_folder_as_its_out_file(runs, tmp_path, capsys, monkeypatch):
+    line = one_line_error(["generate", "--checkpoint", runs["text"], "--max-new-tokens", "2", "--out", tmp_path,
+                           "--overwrite"], capsys, monkeypatch)  # fmt: skip
+    assert str(tmp_path) in line and "folder" in line
