@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pretty_midi
 
-from multimodal.cache import cache_root
+from multimodal.data.storage import cache_root
 
 
 def main() -> None:

@@ -5,8 +5,10 @@ Usage::
     python benchmarks/midi_tokenizer.py            # all 349 chorales (converted once, cached)
     python benchmarks/midi_tokenizer.py --limit 40 --repeats 1
 
-Round trip: each chorale MIDI file is read with pretty_midi (the reference notes, every voice),
-encoded, decoded, written to a MIDI file and read back with pretty_midi. Notes of one pitch that
+Round trip: each chorale MIDI file is read with the one MIDI reader (the reference notes, every
+voice: :func:`multimodal.tokenizers.midi_files.read_midi_notes`, itself tested against pretty_midi in
+``tests/tokenizers/test_midi_files.py``), encoded, decoded, written to a MIDI file and read back
+with pretty_midi. Notes of one pitch that
 start together (two voices in unison) sound as one note, and a note of a pitch struck again
 before it ends is expected to end at the re-strike; the table counts both.
 
@@ -32,6 +34,7 @@ import pretty_midi
 
 from multimodal.data.music import cache_root, load_bach_chorales
 from multimodal.tokenizers.midi import MidiTokenizer
+from multimodal.tokenizers.midi_files import read_midi_notes
 
 
 def main() -> None:
@@ -60,12 +63,12 @@ def cpu_name() -> str:
 
 
 def print_round_trip(tokenizer: MidiTokenizer, paths: list[Path]) -> None:
-    """Prints the round-trip table (reference: the notes pretty_midi reads from each file)."""
+    """Prints the round-trip table (reference: the notes the reader reads from each file)."""
     stats = {"notes": 0, "unison": 0, "restruck": 0, "matched": 0, "extra": 0}
     onset_error = offset_error = velocity_error = 0.0
     with tempfile.TemporaryDirectory() as folder:
         for path in paths:
-            reference = [n for i in pretty_midi.PrettyMIDI(str(path)).instruments for n in i.notes]
+            reference = [pretty_midi.Note(int(v), int(p), s, e) for p, s, e, v in read_midi_notes(path)]
             back = Path(folder) / "back.mid"
             tokenizer.decode_to_file(tokenizer.encode(path), back)
             decoded = [n for i in pretty_midi.PrettyMIDI(str(back)).instruments for n in i.notes]

@@ -142,15 +142,15 @@ def evaluate(checkpoint: Path, split: str = "val") -> dict:
     import torch
 
     from multimodal.music import MusicScore, evaluate_continuations, longest_note, score_music
-    from multimodal.music_stats import overlaps
+    from multimodal.music.stats import overlaps
     from tasks.checkpoint import load_task
-    from tasks.music_continuation import run_pieces
+    from tasks.commands.music import run_pieces
 
     torch.set_num_threads(2)
-    task, tokenizer = load_task(checkpoint)
+    task, tokenizer, data = load_task(checkpoint)
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     seq_len = saved["datamodule_hyper_parameters"]["seq_len"]
-    pieces = run_pieces(checkpoint, split)
+    pieces = run_pieces(data, split)
     score = MusicScore(0.0, 0, 0, 0.0)
     for notes in pieces.notes:
         score = score + score_music(task.model, tokenizer, notes, seq_len)
@@ -167,7 +167,7 @@ def evaluate(checkpoint: Path, split: str = "val") -> dict:
         "nll_per_event": score.per_event, "nll_per_note": score.per_note, "nll_per_second": score.per_second,
         "overlaps": overlaps(generated, reference), "longest_note": generated.longest_note,
         "sounding_at_end": generated.sounding_at_end_share, "reference_longest_note": reference.longest_note,
-        "training_longest_note": longest_note(run_pieces(checkpoint, "train").notes),
+        "training_longest_note": longest_note(run_pieces(data, "train").notes),
         "events_per_music_second": events / music_seconds,
         "generated_music_seconds_per_second": generated.seconds / generation_seconds,
         "vocabulary": type(tokenizer).__name__,

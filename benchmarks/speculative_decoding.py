@@ -5,7 +5,7 @@ windows and schedule: the target (8 × 256, rotary, ~7 M parameters) and a draft
 smaller (1 × 128). Then, for each prompt (the first tokens of held-out test modules), the target
 decodes ``--new-tokens`` tokens greedily, plainly (:func:`multimodal.generation.generate`, KV
 cache) and speculatively with ``k`` draft tokens per round
-(:func:`multimodal.speculative.speculative_generate`). The outputs must be identical token for
+(:func:`multimodal.generation.speculative.speculative_generate`). The outputs must be identical token for
 token (the script checks); the table gives tokens per second, the ratio to plain decoding in the
 same run and the draft's acceptance rate. Contenders alternate within each round; best of
 ``--rounds``. The trained models are kept in ``outputs/speculative/`` (delete it to retrain).
@@ -26,8 +26,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from multimodal.generation import generate
+from multimodal.generation.speculative import SpeculativeStats, speculative_generate
 from multimodal.models import CausalLM, CausalLMConfig
-from multimodal.speculative import SpeculativeStats, speculative_generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {"target": dict(dim=256, num_layers=8, num_heads=4, ff_dim=1024), "draft": dict(dim=128, num_layers=1, num_heads=2, ff_dim=512)}  # fmt: skip

@@ -14,7 +14,7 @@ Splits (``benchmarks/protocol.py``): ``val`` = chelsea, camera, gravel (they cho
 recipe); ``test`` = moon, motorcycle, page (``SKIMAGE_TEST_PHOTOS``, used for no choice), scored only
 with ``--stage report``. Scores per photo: PSNR on RGB in ``[0, 1]`` over the whole image
 (torchmetrics) and PSNR on the luma channel with ``scale`` pixels shaved at each border, as SR
-papers report (:func:`multimodal.sr_metrics.psnr_y`); the table gives each split's mean gain over
+papers report (:func:`multimodal.images.metrics.psnr_y`); the table gives each split's mean gain over
 bicubic, mean ± sd over seeds. Each run appends a JSON line to ``--out``.
 
 Usage (about 9 minutes a Transformer run and 4 a CNN run on one thread)::
@@ -48,13 +48,13 @@ from multimodal.data.images import (
     bicubic_downsample,
     skimage_photos,
 )
-from multimodal.images import upscale
+from multimodal.images import image_to_tensor, upscale
+from multimodal.images.metrics import psnr_y
 from multimodal.models.config import SuperResolutionConfig
 from multimodal.models.super_resolution import bicubic_upsample
-from multimodal.sr_metrics import psnr_y
 from multimodal.viz import side_by_side_png
 from tasks.datamodules import SuperResolutionDataModule
-from tasks.super_resolution import SuperResolution, _to_tensor
+from tasks.super_resolution import SuperResolution
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLITS = {"val": SKIMAGE_HELD_OUT_PHOTOS, "test": SKIMAGE_TEST_PHOTOS}
@@ -135,7 +135,7 @@ def score(model: nn.Module, names: tuple[str, ...], channels: int, scale: int, i
 
 
 def _pair(photo, channels: int, scale: int) -> tuple[Tensor, Tensor]:
-    original = _to_tensor(photo.convert("RGB" if channels == 3 else "L"))
+    original = image_to_tensor(photo.convert("RGB" if channels == 3 else "L"))
     height, width = (side // scale * scale for side in original.shape[-2:])
     original = original[:, :height, :width]
     return original, bicubic_downsample(original, scale)

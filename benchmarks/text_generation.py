@@ -41,8 +41,8 @@ import time
 import torch
 from torch import nn
 
-from multimodal.beam_search import beam_search
 from multimodal.generation import generate, generate_batch, sample_next
+from multimodal.generation.beam import beam_search
 from multimodal.models import CausalLM, CausalLMConfig
 
 VOCAB_SIZE, DIM, LAYERS, HEADS, FF, POSITIONS = 8000, 256, 6, 8, 1024, 1024

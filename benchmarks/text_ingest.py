@@ -2,7 +2,7 @@
 
 A folder of ``--gigabytes`` of text is made once by copying the standard library's source (each
 copy under its own folder, so every file is a distinct document), then
-:func:`multimodal.data.text.tokenize_files` encodes all of it with the built-in 8,000-token BPE
+:func:`multimodal.data.text_cache.tokenize_files` encodes all of it with the built-in 8,000-token BPE
 into a fresh cache (shards of ``--shard-mib``). Printed: MB/s of source text, tokens, shards, and
 the peak resident memory of the process against the size of the corpus (memory must not grow
 with it: documents are encoded a batch at a time and written straight to disk).
@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from multimodal.cache import cache_root
-from multimodal.data.text import ShardedTokens, stdlib_files, stdlib_root, stdlib_tokenizer, tokenize_files
+from multimodal.data.storage import cache_root
+from multimodal.data.text import stdlib_tokenizer
+from multimodal.data.text_cache import ShardedTokens, tokenize_files
+from multimodal.data.text_files import stdlib_files, stdlib_root
 
 
 def main() -> None:

@@ -49,8 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import grouped, load, record, spread
 
 from multimodal.convert.blocks import export_blocks
-from multimodal.finetune import count_parameters
 from multimodal.models import CausalLMConfig
+from multimodal.models.parameters import count_parameters
 from tasks.datamodules import MusicDataModule, TextDataModule
 from tasks.finetune import FineTuneConfig
 from tasks.language_modeling import LanguageModeling

@@ -1,7 +1,7 @@
 """Transformers on text, images and music with one shared set of attention blocks.
 
 ``from multimodal import load; model, tokenizer = load(PATH)`` loads a model folder (``multimodal
-export``) or a training checkpoint without Lightning (:mod:`multimodal.model_folder`). Importing the
+export``) or a training checkpoint without Lightning (:mod:`multimodal.convert.folder`). Importing the
 package loads nothing else: the subpackages are imported where they are used.
 """
 
@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from multimodal import _moved
+
 __all__ = ["load"]
+
+_moved.install()  # the 0.1 module paths (multimodal.synthesis, ...) for one more release
 
 
 def load(path: Any, device: Any = "cpu") -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a model folder or a ``.ckpt``, in eval mode on ``device``; see :func:`multimodal.model_folder.load`."""
-    from multimodal.model_folder import load as load_folder
+    """``(model, tokenizer)`` of a model folder or a ``.ckpt``, in eval mode on ``device``; see :func:`multimodal.convert.folder.load`."""
+    from multimodal.convert.folder import load as load_folder
 
     return load_folder(path, device)

@@ -2,6 +2,7 @@
 
 ``argparse`` turns the ``ValueError`` of these into ``error: argument --top-p: ...`` and exit status 2.
 Counts are bounded (:func:`count`) by the documented limits of :mod:`multimodal.limits`.
+:func:`sampling_from_args` turns the parsed sampling options into the one ``SamplingConfig`` a command passes on.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multimodal.generation.config import SamplingConfig
 
 
 def positive_int(text: str) -> int:
@@ -77,3 +82,22 @@ def count(high: int, low: int = 1) -> Callable[[str], int]:
 
     parse.__name__ = f"count in [{low}, {high}]"  # argparse names the type in some messages
     return parse
+
+
+#: The :class:`~multimodal.generation.config.SamplingConfig` fields a command's options may set
+#: (``--temperature`` is ``args.temperature``, ...); each command has the ones it offers.
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "no_repeat_ngram_size",
+                   "min_new_tokens", "num_beams", "length_penalty")  # fmt: skip
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
+    """The one :class:`~multimodal.generation.config.SamplingConfig` of a command's parsed options.
+
+    Reads whichever of :data:`SAMPLING_FIELDS` the command has; the rest keep their defaults. An
+    invalid combination is the config's ``ValueError`` (the CLI prints it in one line); ``multimodal
+    generate`` refuses the ones it knows with its own messages first
+    (``_check_decoding`` in :mod:`tasks.commands.checkpoint`).
+    """
+    from multimodal.generation.config import SamplingConfig  # torch: not at --help time
+
+    return SamplingConfig(**{name: getattr(args, name) for name in SAMPLING_FIELDS if hasattr(args, name)})

@@ -9,19 +9,20 @@ A task is a ``LightningModule`` that trains one model family. :class:`Task` owns
 - the optimizer (the ``optimizer`` callable over parameter groups, weight decay on matrices only,
   fused on CUDA) and the warm-up + cosine schedule (:func:`tasks.optim.warmup_cosine`);
 - evaluation sums: a float64 vector per validation / test epoch, added over batches and over
-  processes (``all_gather``), so a metric covers every example once even under DDP;
-- the protocols of the commands that take a checkpoint: ``multimodal generate`` asks the task for
-  :meth:`Task.add_generate_arguments` and calls :meth:`Task.run_generate`; ``multimodal
-  perplexity`` likewise with ``add_perplexity_arguments`` / ``run_perplexity``.
+  processes (``all_gather``), so a metric covers every example once even under DDP; the epoch
+  hooks are the base's, a task adds :meth:`Task.evaluation_sums` and :meth:`Task.log_epoch_metrics`;
+- the task's own init arguments, written once in its signature: ``settings=task_arguments(locals())``
+  saves them as hyper-parameters and sets each as an attribute.
 
-A task class adds what is its own: :meth:`Task.build_model`, its steps, its metrics, its commands.
+A task class adds what is its own: :meth:`Task.build_model`, its training step, its metrics.
+Tasks train: what ``multimodal generate`` / ``perplexity`` do with a checkpoint lives in the
+command module of its task (:data:`tasks.commands.TASK_COMMANDS`).
 Its ``__init__`` lists every argument explicitly (LightningCLI and ``--help`` read the signature)
-and hands the shared ones to ``super().__init__``, the rest as ``settings`` to be saved.
+and hands the shared ones to ``super().__init__``, the rest as ``settings=task_arguments(locals())``.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any, ClassVar
@@ -78,6 +79,8 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
             "model": asdict(config), "warmup_steps": warmup_steps, **(settings or {}),
             "finetune": finetune_hparams(finetune), "compile": compile,
         })  # fmt: skip
+        for name, value in (settings or {}).items():  # each task argument becomes the attribute of its name
+            setattr(self, name, value)
         self.config = config
         self.model = self.build_model(config)
         self.configure_finetuning(finetune)
@@ -171,6 +174,35 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": schedule}
 
     # ---------------------------------------------------------------------------- evaluation sums
+    def evaluation_sums(self, batch: Any) -> Tensor:
+        """One validation or test batch's sums, a float vector in the order of :attr:`evaluation_sum_names`."""
+        raise NotImplementedError(f"{type(self).__name__} names evaluation sums but does not compute them")
+
+    def log_epoch_metrics(self, stage: str, sums: dict[str, float]) -> None:
+        """Logs a validation or test epoch's metrics (``stage``: ``"val"`` / ``"test"``) from its gathered sums."""
+
+    def on_validation_epoch_start(self) -> None:
+        self.reset_evaluation_sums()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if self.evaluation_sum_names:
+            self.add_evaluation_sums(self.evaluation_sums(batch))
+
+    def on_validation_epoch_end(self) -> None:
+        if self.evaluation_sum_names:
+            self.log_epoch_metrics("val", self.gathered_evaluation_sums())
+
+    def on_test_epoch_start(self) -> None:
+        self.reset_evaluation_sums()
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        if self.evaluation_sum_names:
+            self.add_evaluation_sums(self.evaluation_sums(batch))
+
+    def on_test_epoch_end(self) -> None:
+        if self.evaluation_sum_names:
+            self.log_epoch_metrics("test", self.gathered_evaluation_sums())
+
     def reset_evaluation_sums(self) -> None:
         """Zeros the sums (call at the start of a validation or test epoch)."""
         self._evaluation_sums = torch.zeros(len(self.evaluation_sum_names), dtype=torch.float64, device=self.device)
@@ -194,27 +226,19 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
         """
         return cls, hyper_parameters
 
-    # ------------------------------------------------------------------- command protocols
-    @staticmethod
-    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
-        """Adds this task's options of ``multimodal generate`` (called with the checkpoint's task)."""
 
-    def run_generate(self, tokenizer: Any, args: argparse.Namespace) -> None:
-        """Runs ``multimodal generate`` for this checkpoint: writes what the model makes to ``args.out``."""
-        raise NotImplementedError(f"{type(self).__name__} does not generate")
+def task_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A task subclass's own init arguments, from its ``locals()`` at the top of ``__init__``.
 
-    @staticmethod
-    def add_perplexity_arguments(parser: argparse.ArgumentParser) -> None:
-        """Adds this task's options of ``multimodal perplexity``."""
+    ``super().__init__(model, optimizer, ..., settings=task_arguments(locals()))`` saves each of
+    them as a hyper-parameter and sets it as the attribute of its name: every argument is written
+    once, in the signature (which LightningCLI and ``--help`` read).
+    """
+    return {name: value for name, value in arguments.items() if name not in _BASE_ARGUMENTS and not name.startswith("_")}
 
-    def run_perplexity(self, tokenizer: Any, args: argparse.Namespace) -> None:
-        """Runs ``multimodal perplexity``: scores ``args.files`` with this checkpoint."""
-        raise NotImplementedError(f"{type(self).__name__} does not score files")
 
-    @classmethod
-    def supports(cls, command: str) -> bool:
-        """Whether this task implements ``multimodal COMMAND`` (``"generate"``, ``"perplexity"``)."""
-        return getattr(cls, f"run_{command}") is not getattr(Task, f"run_{command}")
+_BASE_ARGUMENTS = frozenset({"self", "__class__", "model", "optimizer", "warmup_steps", "finetune", "compile",
+                             "min_lr_ratio", "settings"})  # fmt: skip
 
 
 def _rng_states() -> dict[str, Any]:

@@ -7,9 +7,9 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from multimodal.audio.synthesis import midi_to_waveform
 from multimodal.music import continue_music, evaluate_continuations, primer_ids
-from multimodal.music_stats import overlaps
-from multimodal.synthesis import midi_to_waveform
+from multimodal.music.stats import overlaps
 from tasks.outputs import log_folder, show_audio, show_image, tensorboard
 
 SAMPLE_RATE = 16_000
@@ -85,7 +85,7 @@ class MusicSampleCallback(pl.Callback):
     piano roll and the synthesised continuation (``music/piano_roll``, ``music/continuation``) are
     also in TensorBoard's Images and Audio tabs. With
     ``num_stats_primers`` it also continues that many held-out pieces and logs how their note
-    statistics compare with the real continuations (:mod:`multimodal.music_stats`):
+    statistics compare with the real continuations (:mod:`multimodal.music.stats`):
     ``sample_<feature>_overlap`` for duration, polyphony, ioi, pitch_class and pitch (1 = the same
     distribution), ``sample_longest_note`` (seconds) and ``sample_sounding_at_end`` (share of notes).
 

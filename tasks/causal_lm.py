@@ -17,7 +17,7 @@ from torch import Tensor
 
 from multimodal.models import CausalLM, CausalLMConfig
 from multimodal.text import IGNORE_INDEX
-from tasks.base import Task, adamw
+from tasks.base import Task, adamw, task_arguments
 from tasks.finetune import FineTuneConfig
 
 
@@ -55,8 +55,7 @@ class CausalLMTask(Task):
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
     ) -> None:
-        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings={"pad_id": pad_id})
-        self.pad_id = pad_id
+        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings=task_arguments(locals()))
 
     def build_model(self, config: CausalLMConfig) -> CausalLM:
         return CausalLM(config)
@@ -94,24 +93,6 @@ class CausalLMTask(Task):
         """Per-batch sums, ``float64`` in the order of :attr:`evaluation_sum_names`, added over an epoch."""
         nll, count = self.token_nll(batch)
         return torch.stack([nll.double(), count.double()])
-
-    def on_validation_epoch_start(self) -> None:
-        self.reset_evaluation_sums()
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self.add_evaluation_sums(self.evaluation_sums(batch))
-
-    def on_validation_epoch_end(self) -> None:
-        self.log_epoch_metrics("val", self.gathered_evaluation_sums())
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
-
-    def on_test_epoch_start(self) -> None:
-        self.on_validation_epoch_start()
-
-    def on_test_epoch_end(self) -> None:
-        self.log_epoch_metrics("test", self.gathered_evaluation_sums())
 
     def log_epoch_metrics(self, stage: str, sums: dict[str, float]) -> None:
         """Logs ``{stage}_nll`` (nats per token) and ``{stage}_ppl``; subclasses add their own units."""

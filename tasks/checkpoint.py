@@ -2,7 +2,8 @@
 
 Lightning checkpoints written by our tasks carry a ``"multimodal"`` entry with the task's class
 path and the tokenizer's JSON. :func:`load_task` rebuilds both with
-``torch.load(..., weights_only=True)``: a checkpoint can hold tensors and plain values only.
+``torch.load(..., weights_only=True)``: a checkpoint can hold tensors and plain values only, and
+hands over the run's data settings with them (:class:`LoadedCheckpoint`), read from the same file.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors.torch import load_model
 
 from multimodal.class_paths import check_config_class_paths, import_class
 from multimodal.convert.export import Export, export_from_state_dict
-from multimodal.model_folder import (
+from multimodal.convert.folder import (
     CONFIG_FILE,
     TASK_FAMILIES,
     TOKENIZER_FILE,
@@ -57,10 +58,22 @@ def describe(task: Any, tokenizer: Any | None) -> dict[str, str]:
     return entry
 
 
-def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | None]:
-    """Rebuilds ``(task, tokenizer)`` from a checkpoint written by one of our tasks (eval mode, on ``map_location``).
+class LoadedCheckpoint(NamedTuple):
+    """What :func:`load_task` rebuilds from a checkpoint or model folder."""
+
+    task: Any
+    """The task (eval mode, on the requested device)."""
+    tokenizer: Any | None
+    """Its data's tokenizer, if the run had one."""
+    data: dict[str, Any]
+    """The data module's settings of the run (:func:`data_settings`; ``{}`` if not recorded)."""
+
+
+def load_task(path: str | Path, map_location: str = "cpu") -> LoadedCheckpoint:
+    """Rebuilds ``(task, tokenizer, data)`` from a checkpoint written by one of our tasks (eval mode, on ``map_location``).
 
     ``path`` may also be a run's folder (its best checkpoint) or a model folder of ``multimodal export``.
+    ``data`` is what :func:`data_settings` reads, from the file already loaded.
     """
     if is_model_folder(path):
         return _load_task_folder(Path(path), map_location)
@@ -80,14 +93,14 @@ def load_task(path: str | Path, map_location: str = "cpu") -> tuple[Any, Any | N
     tokenizer = None
     if "tokenizer" in entry:
         tokenizer = load_tokenizer(entry.get("tokenizer_class", ""), entry["tokenizer"], source=str(path))
-    return task, tokenizer
+    return LoadedCheckpoint(task, tokenizer, _checkpoint_data(checkpoint))
 
 
 def _check_model_fits(entry: dict[str, Any], task_class: type, arguments: dict[str, Any], state: dict, source: str) -> None:
     """Refuses a checkpoint whose model config does not fit its weights, before the task allocates the model.
 
     A config of ``num_layers: 1000000`` beside the weights of two layers would otherwise take the
-    machine's memory while the task builds it (:func:`multimodal.model_folder.check_fits`).
+    machine's memory while the task builds it (:func:`multimodal.convert.folder.check_fits`).
     """
     family = entry.get("family") or TASK_FAMILIES.get(_path_of(task_class))
     config = arguments.get("model")
@@ -99,7 +112,7 @@ def _check_model_fits(entry: dict[str, Any], task_class: type, arguments: dict[s
     check_fits(family, config, shapes, source)
 
 
-def _load_task_folder(folder: Path, map_location: str) -> tuple[Any, Any | None]:
+def _load_task_folder(folder: Path, map_location: str) -> LoadedCheckpoint:
     """The task of a model folder: its class (``tasks.`` only), its settings, the folder's weights and tokenizer."""
     meta = read_model_folder(folder)
     if "task" not in meta:
@@ -116,7 +129,7 @@ def _load_task_folder(folder: Path, map_location: str) -> tuple[Any, Any | None]
     if "tokenizer_class" in meta:
         tokenizer = load_tokenizer(meta["tokenizer_class"], (folder / TOKENIZER_FILE).read_text(encoding="utf-8"),
                                    source=str(folder / TOKENIZER_FILE))
-    return task.to(map_location).eval(), tokenizer
+    return LoadedCheckpoint(task.to(map_location).eval(), tokenizer, _folder_data(meta))
 
 
 #: Data settings that name files or folders. A model folder travels between machines, so the paths
@@ -131,9 +144,20 @@ def data_settings(path: str | Path) -> dict[str, Any]:
     built-in data (or ask for a file) instead of reading where a folder from elsewhere points.
     """
     if is_model_folder(path):
-        data = read_model_folder(path).get("data", {})
-        return {key: value for key, value in data.items() if key not in PATH_SETTINGS} if isinstance(data, dict) else {}
-    return read_checkpoint(path).get("datamodule_hyper_parameters", {}) or {}
+        return _folder_data(read_model_folder(path))
+    return _checkpoint_data(read_checkpoint(path))
+
+
+def _folder_data(meta: dict[str, Any]) -> dict[str, Any]:
+    """A model folder's data settings, without :data:`PATH_SETTINGS`."""
+    data = meta.get("data", {})
+    return {key: value for key, value in data.items() if key not in PATH_SETTINGS} if isinstance(data, dict) else {}
+
+
+def _checkpoint_data(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A training checkpoint's data settings (``datamodule_hyper_parameters``)."""
+    data = checkpoint.get("datamodule_hyper_parameters", {}) or {}
+    return dict(data) if isinstance(data, dict) else {}
 
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:

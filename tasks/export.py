@@ -1,4 +1,4 @@
-"""A training checkpoint written out as a model folder (:mod:`multimodal.model_folder`) with a README.
+"""A training checkpoint written out as a model folder (:mod:`multimodal.convert.folder`) with a README.
 
 The README says what the model is and how it came to be, from what the checkpoint and its run
 folder record: the task, the data settings, the monitored validation score, the parameter count,
@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from multimodal.model_folder import save_model_folder
+from multimodal.convert.folder import save_model_folder
 from tasks.checkpoint import load_task, read_checkpoint
 from tasks.runs import RUNS, resolve_checkpoint, run_of
 
@@ -21,13 +21,13 @@ def export_model_folder(checkpoint: str | Path, out: str | Path) -> Path:
     """Writes ``out/`` (config.json, model.safetensors, tokenizer.json, README.md) for a task checkpoint or run folder."""
     path = resolve_checkpoint(checkpoint)
     saved = read_checkpoint(path)
-    task, tokenizer = load_task(path)
+    task, tokenizer, data = load_task(path)
     settings = {key: value for key, value in dict(saved.get("hyper_parameters", {})).items() if key != "model"}
     out = Path(out)
     run_config = _run_config(path)
     readme = describe_run(task, saved, path, run_config)
     save_model_folder(task.model, out, tokenizer=tokenizer, task=saved["multimodal"]["task"], task_settings=settings,
-                      data=dict(saved.get("datamodule_hyper_parameters") or {}), readme=readme)  # fmt: skip
+                      data=data, readme=readme)  # fmt: skip
     if run_config is not None:
         shutil.copyfile(run_config, out / "training_config.yaml")
     return out

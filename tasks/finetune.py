@@ -30,8 +30,14 @@ import torch
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from multimodal.convert.blocks import load_blocks, select_names
-from multimodal.finetune import count_parameters, freeze, parameter_groups, scale_learning_rates, unfreeze
 from multimodal.layers.lora import LoRAConfig, apply_lora
+from multimodal.models.parameters import (
+    count_parameters,
+    freeze,
+    parameter_groups,
+    scale_learning_rates,
+    unfreeze,
+)
 from tasks.checkpoint import read_task_checkpoint
 from tasks.optim import fused_on_cuda
 

@@ -8,7 +8,6 @@ validation epoch leaves a confusion-matrix PNG next to the logs.
 
 from __future__ import annotations
 
-import argparse
 import csv
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,7 +22,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from multimodal.models import ViT, ViTConfig
-from tasks.base import Task
+from tasks.base import Task, task_arguments
 from tasks.finetune import FineTuneConfig
 from tasks.outputs import log_folder, show_image
 
@@ -83,16 +82,12 @@ class ImageClassification(Task):
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
     ) -> None:
-        settings = {
-            "min_lr_ratio": min_lr_ratio, "label_smoothing": label_smoothing,
-            "class_names": None if class_names is None else list(class_names),
-            "confusion_matrix_every_n_epochs": confusion_matrix_every_n_epochs,
-        }  # fmt: skip
+        class_names = None if class_names is None else list(class_names)
+        settings = {"min_lr_ratio": min_lr_ratio, **task_arguments(locals())}  # min_lr_ratio: a saved setting here
         super().__init__(model, optimizer, warmup_steps, finetune, compile, min_lr_ratio, settings)
         config = self.config
         if class_names is not None and len(class_names) != config.num_classes:
             raise ValueError(f"{len(class_names)} class_names for num_classes={config.num_classes}")
-        self.label_smoothing = label_smoothing
         self.class_names = list(class_names) if class_names else [str(i) for i in range(config.num_classes)]
         self.confusion_every = confusion_matrix_every_n_epochs
         classes = config.num_classes
@@ -172,15 +167,6 @@ class ImageClassification(Task):
     def no_weight_decay(self) -> set[str]:
         """Biases, norms, the class token and position parameters train without weight decay."""
         return self.model.no_weight_decay()
-
-    @staticmethod
-    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
-        """Classifiers do not generate; says what to run instead."""
-        parser.exit(
-            2,
-            "an image classification checkpoint does not generate; classify images with `multimodal "
-            "predict --config CONFIG --ckpt_path CKPT [--data.init_args.predict_dir DIR]`\n",
-        )
 
 
 class PredictionCSV(BasePredictionWriter):

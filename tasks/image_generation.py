@@ -2,14 +2,12 @@
 
 ``multimodal fit --config configs/image_generation.yaml`` trains it (digits by default;
 ``configs/image_generation_fashion_mnist.yaml`` for Fashion-MNIST); ``multimodal generate
---checkpoint CKPT --num-samples N --out DIR`` writes PNG images and a grid.
+--checkpoint CKPT --num-samples N --out DIR`` writes PNG images and a grid (:mod:`tasks.commands.images`).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -17,16 +15,13 @@ import torch.nn.functional as F
 from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
 
-from multimodal.images import sample_images
-from multimodal.limits import MAX_BATCH_SIZE, MAX_SAMPLES
+from multimodal.images import class_labels, sample_images
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer
-from multimodal.tokenizers.image import PixelTokenizer
 from multimodal.viz import image_grid, image_grid_png
-from tasks.arguments import count
-from tasks.base import Task, adamw
+from tasks.base import Task, adamw, task_arguments
 from tasks.finetune import FineTuneConfig
-from tasks.outputs import claim_outputs, log_folder, show_image, tensorboard
+from tasks.outputs import log_folder, show_image, tensorboard
 
 
 class ImageGeneration(Task):
@@ -72,11 +67,7 @@ class ImageGeneration(Task):
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
     ) -> None:
-        settings = {"num_samples": num_samples, "sample_every_n_epochs": sample_every_n_epochs,
-                    "sample_temperature": sample_temperature}  # fmt: skip
-        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings=settings)
-        self.num_samples, self.sample_every_n_epochs = num_samples, sample_every_n_epochs
-        self.sample_temperature = sample_temperature
+        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings=task_arguments(locals()))
 
     def build_model(self, config: ImageTransformerConfig) -> ImageTransformer:
         return ImageTransformer(config)
@@ -100,81 +91,30 @@ class ImageGeneration(Task):
         self.log("train_bpd", loss / math.log(2), prog_bar=True)
         return loss
 
-    def on_validation_epoch_start(self) -> None:
-        self.reset_evaluation_sums()
-
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def evaluation_sums(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Summed NLL (nats) and the number of sub-pixels of a batch."""
         nll, count = self.nll(batch)
-        self.add_evaluation_sums(torch.stack([nll.detach().double(), nll.new_tensor(count, dtype=torch.float64)]))
+        return torch.stack([nll.detach().double(), nll.new_tensor(count, dtype=torch.float64)])
 
     def on_validation_epoch_end(self) -> None:
-        self._log_bits("val")
+        super().on_validation_epoch_end()
         trainer = self.trainer
         due = self.sample_every_n_epochs and (trainer.current_epoch + 1) % self.sample_every_n_epochs == 0
         if self.num_samples and due and not trainer.sanity_checking and trainer.is_global_zero:
             self._write_sample_grid()
 
-    def on_test_epoch_start(self) -> None:
-        self.on_validation_epoch_start()
-
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_bits("test")
-
-    def _log_bits(self, stage: str) -> None:
-        sums = self.gathered_evaluation_sums()
+    def log_epoch_metrics(self, stage: str, sums: dict[str, float]) -> None:
+        """Logs ``{stage}_nll`` (nats per sub-pixel) and ``{stage}_bpd`` (bits per dimension)."""
         nll = sums["nll"] / max(sums["subpixels"], 1.0)
         self.log(f"{stage}_nll", nll, sync_dist=False)
         self.log(f"{stage}_bpd", nll / math.log(2), prog_bar=True, sync_dist=False)
 
-    def sample_labels(self, count: int) -> Tensor | None:
-        """Class ids ``0, 1, …, num_classes - 1, 0, …`` for a class-conditional model, else None."""
-        if not self.config.class_conditional:
-            return None
-        return torch.arange(count, device=self.device) % self.config.num_classes
-
     def _write_sample_grid(self) -> None:
         generator = torch.Generator(device=self.device).manual_seed(0)  # same noise every epoch
-        samples = sample_images(self.model, self.num_samples, labels=self.sample_labels(self.num_samples),
+        samples = sample_images(self.model, self.num_samples, labels=class_labels(self.model, self.num_samples),
                                 temperature=self.sample_temperature, generator=generator)  # fmt: skip
         nrow = self.config.num_classes if self.config.class_conditional else None
         folder = log_folder(self.trainer) / "samples"
         image_grid_png(samples, folder / f"epoch_{self.trainer.current_epoch}.png", nrow=nrow)
         if tensorboard(self.trainer) is not None:
             show_image(self.trainer, "samples", image_grid(samples, nrow, pixel_scale=max(1, 32 // self.config.width)))
-
-    # ----------------------------------------------------------------------------------------------
-    # multimodal generate
-    # ----------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
-        """Options of ``multimodal generate`` for image-generation checkpoints."""
-        parser.add_argument("--num-samples", type=count(MAX_SAMPLES), default=16,
-                            help=f"images to draw (at most {MAX_SAMPLES:,}; each is a file)")  # fmt: skip
-        parser.add_argument("--label", type=int, default=None,
-                            help="class id for every image (class-conditional models; default: cycle through classes)")  # fmt: skip
-        parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=64,
-                            help=f"images decoded together (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
-
-    def run_generate(self, tokenizer: PixelTokenizer | None, args: argparse.Namespace) -> None:
-        """Writes ``sample_<i>.png`` (native size) and ``grid.png`` to ``args.out``."""
-        out = Path(args.out)
-        claim_outputs([out / "grid.png", *(out / f"sample_{i:03d}.png" for i in range(args.num_samples))], args.overwrite)
-        if args.seed is not None:
-            torch.manual_seed(args.seed)
-        labels = self.sample_labels(args.num_samples)
-        if labels is not None and args.label is not None:
-            labels = torch.full_like(labels, args.label)
-        samples = sample_images(
-            self.model, args.num_samples, labels=labels, temperature=args.temperature, top_k=args.top_k,
-            top_p=args.top_p, batch_size=args.batch_size, progress=True,
-        )  # fmt: skip
-        out.mkdir(parents=True, exist_ok=True)
-        for index, image in enumerate(samples):
-            image_grid_png(image[None], out / f"sample_{index:03d}.png", padding=0, pixel_scale=1)
-        nrow = self.config.num_classes if labels is not None and args.label is None else None
-        grid = image_grid_png(samples, out / "grid.png", nrow=nrow)
-        print(f"wrote {len(samples)} images to {out}/sample_*.png and the grid {grid}")

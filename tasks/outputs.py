@@ -31,19 +31,6 @@ def log_folder(trainer: pl.Trainer) -> Path:
     return Path(trainer.default_root_dir)
 
 
-def claim_outputs(paths: list[Path], overwrite: bool) -> None:
-    """Refuses to replace files that already exist, unless ``overwrite`` (a command's ``--overwrite``).
-
-    Raises:
-        FileExistsError: Naming the first such file; nothing has been written yet.
-    """
-    if overwrite:
-        return
-    for path in paths:
-        if Path(path).exists():
-            raise FileExistsError(17, "already exists; pass --overwrite to replace it, or another --out", str(path))
-
-
 def tensorboard(trainer: pl.Trainer) -> Any | None:
     """The ``SummaryWriter`` of the trainer's TensorBoard logger (the default one), or None without one."""
     for logger in trainer.loggers:

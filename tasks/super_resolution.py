@@ -4,49 +4,39 @@
 scikit-image photos (:class:`SuperResolution`); ``configs/super_resolution_autoregressive.yaml``
 trains the conditional Image Transformer (:class:`AutoregressiveSuperResolution`). ``multimodal
 generate --checkpoint CKPT --input IMAGE --out DIR`` upscales a whole image of any size (tiled,
-seamless) with either and writes a side-by-side PNG (bicubic | ours).
+seamless) with either and writes a side-by-side PNG (bicubic | ours) (:mod:`tasks.commands.images`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
 from torchmetrics import MeanMetric
-from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
-from multimodal.data.image_folder import to_mode
-from multimodal.data.images import SKIMAGE_HELD_OUT_PHOTOS, bicubic_downsample, skimage_photos
-from multimodal.images import check_output_size, sample_high_res, upscale
-from multimodal.limits import MAX_BATCH_SIZE, MAX_OUTPUT_PIXELS
+from multimodal.images import sample_high_res
+from multimodal.images.metrics import psnr_y
 from multimodal.models.config import (
     ConditionalSuperResolutionConfig,
     SuperResolutionConfig,
     legacy_super_resolution_config,
 )
 from multimodal.models.super_resolution import bicubic_upsample, build_super_resolution
-from multimodal.sr_metrics import psnr_y
 from multimodal.tokenizers.image import pixels_to_tokens
 from multimodal.viz import side_by_side_png
-from tasks.arguments import count, non_negative_int, positive_int
-from tasks.base import Task, adamw
+from tasks.base import Task, adamw, task_arguments
 from tasks.finetune import FineTuneConfig
-from tasks.outputs import claim_outputs, log_folder, show_image
+from tasks.outputs import log_folder, show_image
 
 
 class _SuperResolutionTask(Task):
-    """What both super-resolution tasks share: PSNR / SSIM next to bicubic, the sample PNG, ``generate``.
+    """What both super-resolution tasks share: PSNR / SSIM next to bicubic, the sample PNG.
 
     ``val_psnr`` / ``val_ssim`` (RGB in ``[0, 1]``, per crop, averaged; torchmetrics) are logged next
     to ``val_psnr_bicubic`` / ``val_ssim_bicubic`` of bicubic upsampling on the same crops, and
@@ -90,6 +80,7 @@ class _SuperResolutionTask(Task):
         return task, arguments
 
     def on_validation_epoch_start(self) -> None:
+        super().on_validation_epoch_start()
         self._first_crop = None
 
     def update_image_metrics(self, low_res: Tensor, ours: Tensor, high_res: Tensor) -> None:
@@ -123,76 +114,6 @@ class _SuperResolutionTask(Task):
             path = folder / f"epoch_{self.trainer.current_epoch}.png"
             side_by_side_png([("bicubic", bicubic), ("ours", ours), ("original", original)], path, pixel_scale=4)
             show_image(self.trainer, "samples/bicubic_ours_original", path)
-
-    def sampling_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        """Keyword arguments of :func:`multimodal.images.upscale` beyond the tiling (sampling, if any)."""
-        return {}
-
-    # ----------------------------------------------------------------------------------------------
-    # multimodal generate
-    # ----------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
-        """Options of ``multimodal generate`` for super-resolution checkpoints."""
-        parser.add_argument("--input", type=Path, default=None,
-                            help="image to upscale (any size); default: the held-out photo 'chelsea', evaluated")  # fmt: skip
-        parser.add_argument("--evaluate", action="store_true",
-                            help="treat --input as the ground truth: downsample it first, report PSNR/SSIM vs bicubic")  # fmt: skip
-        parser.add_argument("--tile", type=positive_int, default=None, help="tile side in low-resolution pixels")
-        parser.add_argument("--overlap", type=non_negative_int, default=None, help="overlap of neighbouring tiles")
-        parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8,
-                            help=f"tiles per forward pass (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
-        parser.add_argument("--max-output-pixels", type=positive_int, default=MAX_OUTPUT_PIXELS,
-                            help=f"refuse an input whose upscaled image has more pixels (default "
-                                 f"{MAX_OUTPUT_PIXELS:,} = 4096x4096, checked from the file's header; "
-                                 f"each pixel takes about 60 bytes)")  # fmt: skip
-
-    def run_generate(self, tokenizer: None, args: argparse.Namespace) -> None:
-        """Writes ``<name>_x<scale>.png`` and ``<name>_side_by_side.png`` (bicubic | ours [| original])."""
-        scale, channels = self.config.scale, self.config.channels
-        if args.input is None:
-            name, evaluate = SKIMAGE_HELD_OUT_PHOTOS[0], True
-            image = skimage_photos([name])[0]
-        else:
-            name, evaluate = args.input.stem, args.evaluate
-
-            def check_size(width: int, height: int) -> None:  # from the header: a huge image is never decoded
-                low_height, low_width = (height // scale, width // scale) if evaluate else (height, width)
-                check_output_size(low_height, low_width, scale, args.max_output_pixels, str(args.input),
-                                  raise_with="--max-output-pixels (about 60 bytes per pixel)")  # fmt: skip
-
-            image = _read_image(args.input, check_size)
-        original = _to_tensor(to_mode(image, "L" if channels == 1 else "RGB"))
-        if evaluate:
-            height, width = original.shape[-2] // scale * scale, original.shape[-1] // scale * scale
-            if min(height, width) < 8 * scale:
-                raise ValueError(f"{args.input or name}: {original.shape[-1]}x{original.shape[-2]} pixels is too small to "
-                                 f"evaluate x{scale} (at least {8 * scale}x{8 * scale}); leave out --evaluate to upscale it")  # fmt: skip
-            original = original[:, :height, :width]
-            low_res = bicubic_downsample(original, scale)
-        else:
-            low_res = original
-        out = Path(args.out)
-        claim_outputs([out / f"{name}_x{scale}.png", out / f"{name}_side_by_side.png"], args.overwrite)
-        ours = upscale(self.model, low_res.to(self.device), tile=args.tile, overlap=args.overlap,
-                       batch_size=args.batch_size, progress=True, max_output_pixels=args.max_output_pixels,
-                       **self.sampling_options(args)).cpu()  # fmt: skip
-        bicubic = bicubic_upsample(low_res[None], scale)[0]
-        out.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(_to_uint8(ours)).save(out / f"{name}_x{scale}.png")
-        panels = [("bicubic", bicubic), ("ours", ours)] + ([("original", original)] if evaluate else [])
-        side_by_side_png(panels, out / f"{name}_side_by_side.png")
-        print(
-            f"wrote {out / f'{name}_x{scale}.png'} ({ours.shape[-1]}x{ours.shape[-2]}) and {name}_side_by_side.png"
-        )
-        if evaluate:
-            for label, image_ in (("bicubic", bicubic), ("ours", ours)):
-                psnr = peak_signal_noise_ratio(image_[None], original[None], data_range=1.0).item()
-                ssim = structural_similarity_index_measure(
-                    image_[None], original[None], data_range=1.0
-                ).item()
-                print(f"{label:>8}: PSNR {psnr:.2f} dB, SSIM {ssim:.4f}")
 
 
 class SuperResolution(_SuperResolutionTask):
@@ -274,9 +195,7 @@ class AutoregressiveSuperResolution(_SuperResolutionTask):
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
     ) -> None:
-        settings = {"sample_temperature": sample_temperature, "num_val_samples": num_val_samples}
-        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings=settings)
-        self.sample_temperature, self.num_val_samples = sample_temperature, num_val_samples
+        super().__init__(model, optimizer, warmup_steps, finetune, compile, settings=task_arguments(locals()))
 
     def forward(self, low_res: Tensor) -> Tensor:
         """Sampled high-resolution images ``(batch, c, h * scale, w * scale)`` in ``[0, 1]``."""
@@ -296,56 +215,20 @@ class AutoregressiveSuperResolution(_SuperResolutionTask):
         self.log("train_bpd", loss / math.log(2), prog_bar=True)
         return loss
 
-    def on_validation_epoch_start(self) -> None:
-        super().on_validation_epoch_start()
-        self.reset_evaluation_sums()
+    def evaluation_sums(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Summed NLL (nats) and the number of high-resolution sub-pixels of a batch."""
+        nll, count = self.nll(batch)
+        return torch.stack([nll.detach().double(), nll.new_tensor(count, dtype=torch.float64)])
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        nll, count = self.nll(batch)
-        self.add_evaluation_sums(torch.stack([nll.detach().double(), nll.new_tensor(count, dtype=torch.float64)]))
+        super().validation_step(batch, batch_idx)
         if batch_idx > 0 or self.num_val_samples < 1:
             return
         low_res, high_res = (images[: self.num_val_samples] for images in batch)
         self.update_image_metrics(low_res, self(low_res), high_res)
 
-    def on_validation_epoch_end(self) -> None:
-        sums = self.gathered_evaluation_sums()
-        self.log("val_bpd", sums["nll"] / max(sums["subpixels"], 1.0) / math.log(2), prog_bar=True, sync_dist=False)
-        self.log_image_metrics()
-
-    def sampling_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        generator = torch.Generator(device=self.device).manual_seed(args.seed) if args.seed is not None else None
-        return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator)
-
-
-def _read_image(path: Path, check_size: Callable[[int, int], None] | None = None) -> Image.Image:
-    """The decoded image at ``path``; a folder or a file that is not an image is an error naming it.
-
-    ``check_size(width, height)`` runs on the size in the file's header, before the pixels are decoded.
-    """
-    if path.is_dir():
-        raise IsADirectoryError(21, "a folder; --input takes one image file", str(path))
-    try:
-        image = Image.open(path)
-    except FileNotFoundError:
-        raise
-    except Exception as error:  # PIL: UnidentifiedImageError, ...
-        raise ValueError(f"{path}: not a readable image ({type(error).__name__}: {error})") from error
-    with image:
-        if check_size is not None:
-            check_size(*image.size)
-        try:
-            image.load()
-            return image.copy()
-        except Exception as error:  # truncated data (OSError), ...
-            raise ValueError(f"{path}: not a readable image ({type(error).__name__}: {error})") from error
-
-
-def _to_tensor(image: Image.Image) -> Tensor:
-    array = np.asarray(image, dtype=np.float32) / 255
-    return torch.from_numpy(array[None] if array.ndim == 2 else array.transpose(2, 0, 1).copy())
-
-
-def _to_uint8(image: Tensor) -> np.ndarray:
-    array = (image.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
-    return array[0] if array.shape[0] == 1 else array.transpose(1, 2, 0)
+    def log_epoch_metrics(self, stage: str, sums: dict[str, float]) -> None:
+        """Logs ``val_bpd`` (bits per high-resolution sub-pixel) and the sampled images' PSNR / SSIM."""
+        self.log(f"{stage}_bpd", sums["nll"] / max(sums["subpixels"], 1.0) / math.log(2), prog_bar=True, sync_dist=False)
+        if stage == "val":  # images are sampled on the first validation batch only
+            self.log_image_metrics()

@@ -4,8 +4,8 @@ import pytest
 import torch
 from tiny_models import GPT2_VOCAB_SIZE, tiny_gpt2
 
-from multimodal.beam_search import beam_search
 from multimodal.convert.gpt2 import load_gpt2
+from multimodal.generation.beam import beam_search
 
 pytest.importorskip("transformers")
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from multimodal.finetune import (
+from multimodal.layers.lora import LoRAConfig, apply_lora
+from multimodal.models import CausalLM, CausalLMConfig
+from multimodal.models.parameters import (
     count_parameters,
     freeze,
     match_parameters,
@@ -13,8 +15,6 @@ from multimodal.finetune import (
     scale_learning_rates,
     unfreeze,
 )
-from multimodal.layers.lora import LoRAConfig, apply_lora
-from multimodal.models import CausalLM, CausalLMConfig
 
 
 def _model(**overrides) -> CausalLM:

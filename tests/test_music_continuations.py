@@ -9,7 +9,7 @@ from torch import nn
 
 from multimodal.data.music import load_bach_chorales
 from multimodal.music import evaluate_continuations
-from multimodal.music_stats import FEATURES, overlaps
+from multimodal.music.stats import FEATURES, overlaps
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 

@@ -5,8 +5,8 @@ import pretty_midi
 import pytest
 
 from multimodal.data.music import load_bach_chorales
-from multimodal.music_stats import BIN_EDGES, FEATURES, comparison_table, excerpt_stats, overlaps
-from multimodal.tokenizers.midi import notes_from_midi
+from multimodal.music.stats import BIN_EDGES, FEATURES, comparison_table, excerpt_stats, overlaps
+from multimodal.tokenizers.midi_files import notes_from_midi
 
 
 @pytest.fixture

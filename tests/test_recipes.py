@@ -1,9 +1,9 @@
 """docs/contributing.md's two recipes, followed with a toy modality: drum patterns as strings of 'x' and '.'.
 
-The files are written to a temporary folder that extends the ``multimodal.tokenizers`` and ``tasks``
-packages (as files added to the repository would), the task is registered, and the toy then goes
-through what every task gets: ``multimodal fit`` from a YAML, a self-contained checkpoint reloaded
-without unpickling, and ``multimodal generate``.
+The files are written to a temporary folder that extends the ``multimodal.tokenizers``, ``tasks`` and
+``tasks.commands`` packages (as files added to the repository would), the task and its command module
+are registered, and the toy then goes through what every task gets: ``multimodal fit`` from a YAML, a
+self-contained checkpoint reloaded without unpickling, and ``multimodal generate``.
 """
 
 import textwrap
@@ -12,8 +12,10 @@ import yaml
 
 import multimodal.tokenizers
 import tasks
+import tasks.commands
 from tasks.checkpoint import load_task
 from tasks.cli import main
+from tasks.commands import TASK_COMMANDS
 from tasks.registry import TASKS
 
 TOKENIZER = '''
@@ -49,14 +51,10 @@ class DrumTokenizer:
 TASK = '''
 """The toy task: a next-step model of drum patterns."""
 
-import argparse
-from pathlib import Path
-
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from multimodal.generation import generate
 from multimodal.tokenizers.toy_drums import DrumTokenizer
 from tasks.causal_lm import CausalLMTask
 
@@ -85,31 +83,48 @@ class DrumDataModule(pl.LightningDataModule):
 
 
 class Drums(CausalLMTask):
-    """Learns the toy patterns; ``multimodal generate`` writes one continued pattern."""
+    """Learns the toy patterns (``multimodal generate``: :mod:`tasks.commands.toy_drums`)."""
 
     data_links = {"vocab_size": "model.vocab_size"}
+'''
 
-    @staticmethod
-    def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--max-new-tokens", type=int, default=16)
+COMMANDS = '''
+"""``multimodal generate`` for the toy task: writes one continued pattern."""
 
-    def run_generate(self, tokenizer: DrumTokenizer, args: argparse.Namespace) -> None:
-        prompt = torch.tensor([[tokenizer.bos_id, *tokenizer.encode("x...")]], device=self.device)
-        ids = generate(self.model, prompt, args.max_new_tokens, temperature=0.0)
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "pattern.txt").write_text(tokenizer.decode(ids[0].tolist()))
+import argparse
+from pathlib import Path
+
+import torch
+
+from multimodal.generation import generate
+from multimodal.tokenizers.toy_drums import DrumTokenizer
+from tasks.arguments import sampling_from_args
+
+
+def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+
+
+def run_generate(model, tokenizer: DrumTokenizer, args: argparse.Namespace, data: dict) -> None:
+    prompt = torch.tensor([[tokenizer.bos_id, *tokenizer.encode("x...")]], device=next(model.parameters()).device)
+    ids = generate(model, prompt, args.max_new_tokens, sampling_from_args(args))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "pattern.txt").write_text(tokenizer.decode(ids[0].tolist()))
 '''
 
 
 def test_a_toy_modality_and_task_go_through_fit_checkpoint_and_generate(tmp_path, monkeypatch):
     library = tmp_path / "library"
     (library / "tokenizers").mkdir(parents=True)
-    (library / "tasks").mkdir()
+    (library / "tasks" / "commands").mkdir(parents=True)
     (library / "tokenizers" / "toy_drums.py").write_text(textwrap.dedent(TOKENIZER))
     (library / "tasks" / "toy_drums.py").write_text(textwrap.dedent(TASK))
+    (library / "tasks" / "commands" / "toy_drums.py").write_text(textwrap.dedent(COMMANDS))
     monkeypatch.setattr(multimodal.tokenizers, "__path__", [*multimodal.tokenizers.__path__, str(library / "tokenizers")])
     monkeypatch.setattr(tasks, "__path__", [*tasks.__path__, str(library / "tasks")])
+    monkeypatch.setattr(tasks.commands, "__path__", [*tasks.commands.__path__, str(library / "tasks" / "commands")])
     monkeypatch.setitem(TASKS, "Drums", "tasks.toy_drums.Drums")
+    monkeypatch.setitem(TASK_COMMANDS, "Drums", "tasks.commands.toy_drums")
     config = {
         "seed_everything": 0,
         "model": {"class_path": "Drums", "init_args": {
@@ -124,8 +139,9 @@ def test_a_toy_modality_and_task_go_through_fit_checkpoint_and_generate(tmp_path
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", "drums.yaml"])
 
-    task, tokenizer = load_task(tmp_path / "checkpoints" / "last.ckpt")
+    task, tokenizer, _ = load_task(tmp_path / "checkpoints" / "last.ckpt")
     assert type(task).__name__ == "Drums" and type(tokenizer).__name__ == "DrumTokenizer"
-    main(["generate", "--checkpoint", "checkpoints/last.ckpt", "--out", "generated", "--max-new-tokens", "12"])
+    main(["generate", "--checkpoint", "checkpoints/last.ckpt", "--out", "generated", "--max-new-tokens", "12",
+          "--temperature", "0"])  # greedy, through the command's sampling_from_args
     pattern = (tmp_path / "generated" / "pattern.txt").read_text()
     assert pattern == "x..." * 4  # learned the period: the prompt and 12 steps more

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from multimodal.generation import Shaping, generate, generate_stream
+from multimodal.generation import SamplingConfig, generate, generate_stream
+from multimodal.generation.processors import min_p_filter, no_repeat_ngram_mask, repetition_penalty
 from multimodal.models import CausalLM, CausalLMConfig
-from multimodal.shaping import min_p_filter, no_repeat_ngram_mask, repetition_penalty
 
 
 def test_repetition_penalty_equals_hugging_faces():
@@ -47,11 +47,11 @@ def test_stop_ids_end_rows_and_min_new_tokens_delays_them():
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
     free = generate(model, prompt, 12, temperature=0)
     stop = int(free[0, 5])  # what greedy decoding says after two new tokens in row 0
-    stopped = generate(model, prompt, 12, temperature=0, shaping=Shaping(stop_ids=(stop,)))
+    stopped = generate(model, prompt, 12, temperature=0, stop_ids=(stop,))
     row = stopped[0, 3:].tolist()
     assert row[: row.index(stop) + 1] == free[0, 3 : 3 + row.index(stop) + 1].tolist()
     assert all(token == stop for token in row[row.index(stop) :])  # padded with the stop id
-    later = generate(model, prompt, 12, temperature=0, shaping=Shaping(stop_ids=(stop,), min_new_tokens=6))
+    later = generate(model, prompt, 12, temperature=0, stop_ids=(stop,), min_new_tokens=6)
     assert stop not in later[0, 3:9].tolist()
 
 
@@ -68,7 +68,7 @@ def test_the_stream_yields_what_generate_returns():
 def test_shaping_options_are_checked():
     for bad in ({"min_new_tokens": -1}, {"repetition_penalty": 0}, {"no_repeat_ngram_size": -2}, {"min_p": 1.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            Shaping(**bad)
+            SamplingConfig(**bad)
 
 
 class _Scripted(torch.nn.Module):

@@ -7,8 +7,8 @@ import torch
 from scipy.stats import chisquare
 
 from multimodal.generation import generate
+from multimodal.generation.speculative import SpeculativeStats, speculative_generate, warped_probs
 from multimodal.models import CausalLM, CausalLMConfig
-from multimodal.speculative import SpeculativeStats, speculative_generate, warped_probs
 
 
 def _model(seed, dim=32, layers=2, vocab=40, position="relative"):

@@ -6,8 +6,8 @@ from PIL import Image
 from skimage.color import rgb2ycbcr
 
 from multimodal.data.super_resolution import bicubic_downsample
+from multimodal.images.metrics import luma, psnr_y
 from multimodal.models.super_resolution import bicubic_upsample
-from multimodal.sr_metrics import luma, psnr_y
 
 
 def _photo(height=24, width=32, seed=0):

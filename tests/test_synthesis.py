@@ -12,8 +12,14 @@ import torch
 from PIL import Image
 from scipy.io import wavfile
 
-from multimodal import synthesis
-from multimodal.synthesis import midi_to_waveform, power_spectrogram, read_wav, spectrogram_png, write_wav
+from multimodal.audio import synthesis
+from multimodal.audio.synthesis import (
+    midi_to_waveform,
+    power_spectrogram,
+    read_wav,
+    spectrogram_png,
+    write_wav,
+)
 
 
 def one_note(pitch: int = 69, seconds: float = 1.0) -> pretty_midi.PrettyMIDI:

@@ -46,6 +46,7 @@ import torch
 from torch import nn
 
 from multimodal.convert.export import Export, config_dict, export_blocks, export_from_state_dict, read_export
+from multimodal.convert.folder import folder_export, is_model_folder
 from multimodal.convert.parts import (
     BLOCK_FIELDS,
     PARTS,
@@ -90,8 +91,6 @@ class LoadReport:
 
 def _read_source(source: str | os.PathLike[str], stack: str | None) -> Export:
     """An export folder, a ``.safetensors`` file or a model folder (``multimodal export``'s) as an :class:`Export`."""
-    from multimodal.model_folder import folder_export, is_model_folder  # it builds models from this package
-
     return folder_export(source, stack) if is_model_folder(source) else read_export(source)
 
 
@@ -115,7 +114,7 @@ def load_blocks(
         stack: The stack of a multi-stack ``model`` that receives the blocks; see :func:`stack_name`.
 
     Returns:
-        A :class:`LoadReport` (``loaded`` names are what :mod:`multimodal.finetune` treats as pretrained).
+        A :class:`LoadReport` (``loaded`` names are what :mod:`multimodal.models.parameters` treats as pretrained).
 
     Raises:
         ValueError: With every mismatch, and how to fix it.

@@ -25,7 +25,6 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from multimodal.cache import atomic_write_text, give_default_mode
 from multimodal.convert.parts import (
     CONFIG_FILE,
     FORMAT,
@@ -38,6 +37,7 @@ from multimodal.convert.parts import (
     part_of,
     stack_name,
 )
+from multimodal.data.storage import atomic_write_text, give_default_mode
 from multimodal.layers.lora import LoRALinear, merge_lora
 
 

@@ -38,9 +38,9 @@ from torch import Tensor
 
 from multimodal.convert.blocks import export_blocks
 from multimodal.convert.hf_folder import read_json, read_weights
+from multimodal.convert.weight_shapes import check_config_fits
 from multimodal.models import CausalLM, CausalLMConfig
 from multimodal.tokenizers.text import TextTokenizer
-from multimodal.weight_shapes import check_config_fits
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 _BLOCK_NAMES = {

@@ -13,7 +13,7 @@ one part:
 * ``head``: top-level modules whose name starts with ``head``.
 
 Used by the export and loading (:mod:`multimodal.convert.export`, :mod:`multimodal.convert.blocks`)
-and by fine-tuning (:mod:`multimodal.finetune`), which selects parameters by the same parts.
+and by fine-tuning (:mod:`multimodal.models.parameters`), which selects parameters by the same parts.
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from multimodal.convert.blocks import export_blocks
+from multimodal.convert.weight_shapes import check_config_fits
 from multimodal.models import ViT, ViTConfig
-from multimodal.weight_shapes import check_config_fits
 
 #: Heads of timm's standard ViT sizes (the shapes do not tell).
 NUM_HEADS = {"tiny": 3, "small": 6, "base": 12, "large": 16, "huge": 16}

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from multimodal.cache import cache_root
+from multimodal.data.storage import cache_root
 
 __all__ = [
     "FASHION_MNIST_FILES",
@@ -36,7 +36,7 @@ class DatasetNotFoundError(FileNotFoundError):
 
 
 def default_cache_dir() -> Path:
-    """Where fetched data lives: the toolkit's cache root (:func:`multimodal.cache.cache_root`)."""
+    """Where fetched data lives: the toolkit's cache root (:func:`multimodal.data.storage.cache_root`)."""
     return cache_root()
 
 

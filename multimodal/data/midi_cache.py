@@ -2,17 +2,17 @@
 
 Corpora such as MAESTRO (~1,300 performances) or Lakh MIDI (~176,000 files) do not belong in
 memory as Python objects, and parsing them again for every run would dominate training.
-:func:`ingest_midi` parses every ``.mid`` / ``.midi`` file under a folder with ``symusic`` (a C++
-parser; pretty_midi stays the writer and synthesiser) in parallel processes, and writes::
+:func:`ingest_midi` parses every ``.mid`` / ``.midi`` file under a folder with the one MIDI reader,
+:func:`~multimodal.tokenizers.midi_files.read_midi_notes` (``symusic``, a C++ parser; pretty_midi
+stays the writer and synthesiser), in parallel processes, and writes::
 
     <cache>/manifest.json       every file: its size and modification time, and where its notes are;
                                 every skipped file with the reason
     <cache>/shard-00000.npy     float32 (notes, 4) = [pitch, start_s, end_s, velocity] of many files
 
-Notes follow :func:`multimodal.tokenizers.midi.notes_from_midi`: all non-drum tracks merged, the
-sustain pedal applied per track, sorted by start then pitch; and the same checks
-(:func:`~multimodal.tokenizers.midi.check_midi_timing`, :func:`~multimodal.tokenizers.midi.check_notes`:
-positive ticks per beat and tempos, finite times, notes that last). A re-run parses only new or changed
+Notes are the reader's (all non-drum tracks merged, the sustain pedal applied per track, sorted by
+start then pitch), stored as float32; files failing its checks (positive ticks per beat and tempos,
+finite times, notes that last) are skipped with the reason. A re-run parses only new or changed
 files (size or modification time) into a new shard and forgets removed ones; corrupt files are
 skipped with a warning, counted and named, and not tried again until they change. Every file is written to a
 temporary name and renamed, the manifest last, so an interrupted ingest loses at most its last
@@ -36,47 +36,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from multimodal.cache import atomic_write_text, cache_root
 from multimodal.data.music import MIDI_SUFFIXES, MidiCorpus
-from multimodal.tokenizers.midi import UnusableMidi, apply_sustain_pedal, check_midi_timing, check_notes
+from multimodal.data.storage import atomic_write_text, cache_root
+from multimodal.tokenizers.midi_files import UnusableMidi, read_midi_notes
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 2  # 2: the reader's checks (caches of version 1 may hold files that fail them)
-
-
-def read_midi_notes(path: str | Path, include_drums: bool = False) -> np.ndarray:
-    """Notes of a MIDI file parsed with ``symusic``: float64 ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]``.
-
-    The same conventions as :func:`~multimodal.tokenizers.midi.notes_from_midi` (pretty_midi):
-    seconds through every tempo change, non-drum tracks merged, sustain pedal applied per track,
-    sorted by start then pitch; the same checks.
-
-    Raises:
-        UnusableMidi: The file fails :func:`~multimodal.tokenizers.midi.check_midi_timing` or
-            :func:`~multimodal.tokenizers.midi.check_notes` (the reason, without the path).
-    """
-    import symusic
-
-    score = symusic.Score(str(path), ttype="second")
-    check_midi_timing(score.ticks_per_quarter, (tempo.mspq for tempo in score.tempos))
-    arrays = []
-    for track in score.tracks:
-        if (track.is_drum and not include_drums) or not len(track.notes):
-            continue
-        raw = track.notes.numpy()
-        notes = np.empty((len(raw["time"]), 4))  # filled column by column: no per-column temporaries
-        notes[:, 0], notes[:, 1], notes[:, 3] = raw["pitch"], raw["time"], raw["velocity"]
-        notes[:, 2] = notes[:, 1] + raw["duration"]
-        if not track.is_drum and len(track.controls):
-            controls = track.controls.numpy()
-            table = np.empty((len(controls["time"]), 3))
-            table[:, 0], table[:, 1], table[:, 2] = controls["time"], controls["number"], controls["value"]
-            notes = apply_sustain_pedal(notes, table)
-        arrays.append(notes)
-    if not arrays:
-        return np.empty((0, 4))
-    notes = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-    return check_notes(notes[np.lexsort((notes[:, 0], notes[:, 1]))])
+FORMAT_VERSION = 3  # 2: the reader's checks; 3: the one reader's float64 seconds (version 2 held symusic's float32 ones)
 
 
 @dataclass
@@ -287,9 +252,9 @@ def _parse_all(paths: list[Path], include_drums: bool, workers: int) -> Iterator
 def _parse_one(path: Path, include_drums: bool) -> tuple[np.ndarray | None, str | None]:
     try:
         notes = read_midi_notes(path, include_drums)
-    except UnusableMidi as error:
-        return None, str(error)
-    except Exception as error:  # symusic raises plain RuntimeErrors (or worse) on corrupt files
+    except UnusableMidi as error:  # not MIDI, or failing the reader's checks: the reason (the caller names the file)
+        return None, error.reason
+    except Exception as error:  # gone or unreadable since the scan
         return None, f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no detail'})"
     if not len(notes):
         return None, "holds no note" + ("" if include_drums else " outside drum tracks")

@@ -2,7 +2,7 @@
 
 A corpus is loaded once as note arrays (:class:`MidiCorpus`): one float array
 ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` per piece, read by
-:func:`~multimodal.tokenizers.midi.notes_from_midi`. The data sets augment those arrays and
+:func:`~multimodal.tokenizers.midi_files.read_midi_notes`. The data sets augment those arrays and
 encode them on the fly with :meth:`MidiTokenizer.encode_notes` (about 0.25 ms a chorale).
 
 Train / validation / test split — by piece, never by window: the first 8 bytes of the SHA-1 of
@@ -21,9 +21,13 @@ with a warning, leaving 349 pieces. They are converted to MIDI once, in parallel
     names.json      sorted distinct chorale names (listing them needs music21, ~1 s import)
     midi/*.mid      one file per chorale, written to a temporary name then renamed
     failed.json     chorales music21 cannot convert, with the error (not retried)
-    notes_v1.npz    the note arrays of every converted chorale (a load reads only this)
+    notes_v2.npz    the note arrays of every converted chorale (a load reads only this)
 
 An interrupted conversion resumes where it stopped. Delete the folder to rebuild it.
+
+Why one file of ~450 lines: the corpus, its split and the training / evaluation data sets share
+the split rule and the augmentation (transposition, time stretch); apart, the rule would be
+restated where a split is made and where it is used.
 """
 
 from __future__ import annotations
@@ -43,11 +47,12 @@ import torch
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from multimodal.cache import atomic_write_text, cache_root, hash_bucket
-from multimodal.tokenizers.midi import MidiTokenizer, notes_from_midi
+from multimodal.data.storage import atomic_write_text, cache_root, hash_bucket
+from multimodal.tokenizers.midi import MidiTokenizer
+from multimodal.tokenizers.midi_files import UnusableMidi, read_midi_notes
 
 MIDI_SUFFIXES = (".mid", ".midi")
-NOTES_CACHE = "notes_v1.npz"  # bump the version when notes_from_midi changes
+NOTES_CACHE = "notes_v2.npz"  # bump the version when read_midi_notes changes (v2: the one reader, symusic)
 
 
 @dataclass
@@ -125,7 +130,7 @@ def load_bach_chorales(
         atomic_write_text(failed_path, json.dumps(failed, indent=2, sort_keys=True))
         for name in missing:
             if name not in failed:
-                cached[name] = notes_from_midi(cache / "midi" / f"{name}.mid")
+                cached[name] = read_midi_notes(cache / "midi" / f"{name}.mid")
         _write_notes_cache(cache / NOTES_CACHE, cached)
 
     skipped = [f"{name}: {failed[name]}" for name in wanted if name in failed]
@@ -176,10 +181,10 @@ def load_midi_files(paths: list[str | Path], include_drums: bool = False) -> Mid
             continue
         for path in files:
             try:
-                piece = notes_from_midi(path, include_drums=include_drums)
-            except ValueError as error:  # unreadable, or failing the readers' checks: the file and the reason
-                reason = str(error).removeprefix(f"{path}: ")
-            except Exception as error:  # mido/pretty_midi raise many kinds on corrupt files
+                piece = read_midi_notes(path, include_drums=include_drums)
+            except UnusableMidi as error:  # not MIDI, or failing the reader's checks: the reason
+                reason = error.reason
+            except OSError as error:  # gone or unreadable since listed
                 reason = f"cannot be read ({type(error).__name__}: {error})"
             else:
                 if len(piece):

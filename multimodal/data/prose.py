@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from multimodal.data.storage import cache_root
+
 AUSTEN_TITLES = {
     "sensesensibility": "Sense & Sensibility",
     "prideprejudice": "Pride & Prejudice",
@@ -60,8 +62,6 @@ def fetch_prose(name: str, cache_dir: str | Path | None = None) -> Path:
     if name not in _FETCHERS:
         raise ValueError(f"unknown prose corpus {name!r}; choose one of {sorted(_FETCHERS)}")
     if cache_dir is None:
-        from multimodal.data.text import cache_root  # here, so the command line starts without torch
-
         cache_dir = cache_root() / "prose"
     cache_dir = Path(cache_dir)
     destination = cache_dir / name

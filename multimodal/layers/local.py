@@ -30,6 +30,10 @@ the block layouts it has computed.
 
 Shape legend: ``b`` batch, ``h`` heads, ``n`` query blocks, ``q`` queries per block, ``m`` memory
 slots per block, ``d`` head_dim.
+
+Why one file of ~400 lines: both patterns share the block geometry (query blocks, memory blocks,
+what a key can see) between the blocked fast path, the dense path of cached decoding and the
+reference; split apart, the three would each restate it.
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ A piece of (piano) music becomes a stream of four kinds of events:
 Ids: ``PAD=0, BOS=1, EOS=2``, then 128 NOTE_ON, 128 NOTE_OFF, ``num_time_shifts`` TIME_SHIFT and
 ``num_velocity_bins`` VELOCITY ids (3 + 388 = 391 with the defaults).
 
-Files are read with pretty_midi, which already converts ticks to seconds through every tempo
-change. :func:`notes_from_midi` turns a file into a note array ``(num_notes, 4)`` =
-``[pitch, start_s, end_s, velocity]``: sustain pedal (CC64 >= 64) is applied per instrument, all
-non-drum instruments are merged. :meth:`MidiTokenizer.encode_notes` then quantises and writes the
-events; data sets cache the note arrays, augment them and re-encode cheaply.
+A file becomes a note array ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` through
+the one MIDI reader, :func:`~multimodal.tokenizers.midi_files.notes_from_midi` (seconds through
+every tempo change, sustain pedal applied, non-drum tracks merged).
+:meth:`MidiTokenizer.encode_notes` then quantises and writes the events; data sets cache the note
+arrays, augment them and re-encode cheaply.
 
 Rules that make every stream well formed (each NOTE_ON has exactly one later NOTE_OFF):
 
@@ -29,12 +29,17 @@ Example:
     >>> tokenizer = MidiTokenizer()
     >>> ids = tokenizer.encode("song.mid")  # doctest: +SKIP
     >>> tokenizer.decode(ids).write("again.mid")  # doctest: +SKIP
+
+Why one file of ~400 lines: the vocabulary (config, event ids) and the two directions of the
+tokenizer (notes -> events, events -> notes) are one thing; reading files lives in
+:mod:`~multimodal.tokenizers.midi_files`.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Iterable
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -42,8 +47,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pretty_midi
 
+from multimodal.tokenizers.midi_files import notes_from_midi
+
 NUM_PITCHES = 128
-SUSTAIN_PEDAL_CC = 64
 SPECIAL_TOKENS = ("PAD", "BOS", "EOS")
 DEFAULT_VELOCITY = 64  # loudness of NOTE_ONs decoded before any VELOCITY event
 
@@ -351,155 +357,6 @@ class MidiTokenizer:
         return f"{type(self).__name__}({self.config}, vocab_size={self.vocab_size})"
 
 
-def notes_from_midi(midi: str | Path | pretty_midi.PrettyMIDI, include_drums: bool = False) -> np.ndarray:
-    """Reads the notes of a MIDI file as one merged, pedal-applied note array.
-
-    Args:
-        midi: A path to a ``.mid`` file or a loaded ``PrettyMIDI``.
-        include_drums: Keep notes of drum tracks (channel 10); they are dropped by default.
-
-    Returns:
-        float64 array ``(num_notes, 4)`` of ``[pitch, start_s, end_s, velocity]`` sorted by start
-        then pitch. Times are seconds (pretty_midi applies every tempo change). The sustain
-        pedal of each instrument is applied with :func:`apply_sustain_pedal`.
-
-    Raises:
-        ValueError: A file that cannot be parsed, or fails the checks every reader applies
-            (:func:`check_midi_timing`, :func:`check_notes`), naming the file and the reason.
-    """
-    if not isinstance(midi, pretty_midi.PrettyMIDI):
-        path = Path(midi)
-        if path.is_dir():
-            raise IsADirectoryError(21, "a folder, not a MIDI file", str(path))
-        import mido
-
-        try:
-            parsed = mido.MidiFile(filename=str(path), charset="latin1")  # what pretty_midi would parse
-            check_midi_timing(parsed.ticks_per_beat, (m.tempo for t in parsed.tracks for m in t if m.type == "set_tempo"))
-            midi = pretty_midi.PrettyMIDI(mido_object=parsed)
-            return check_notes(notes_from_midi(midi, include_drums))
-        except FileNotFoundError:
-            raise
-        except UnusableMidi as error:
-            raise ValueError(f"{path}: {error}") from error
-        except Exception as error:  # mido raises bare EOFError, OSError, KeyError, ... on broken files
-            detail = str(error).strip() or "the file ends early"
-            raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__}: {detail})") from error
-    arrays = [np.empty((0, 4))]
-    for instrument in midi.instruments:
-        if instrument.is_drum and not include_drums:
-            continue
-        notes = np.array(
-            [(note.pitch, note.start, note.end, note.velocity) for note in instrument.notes], dtype=np.float64
-        ).reshape(-1, 4)
-        if not instrument.is_drum:
-            notes = apply_sustain_pedal(notes, instrument.control_changes)
-        arrays.append(notes)
-    notes = np.concatenate(arrays)
-    return notes[np.lexsort((notes[:, 0], notes[:, 1]))]
-
-
-class UnusableMidi(ValueError):
-    """A MIDI file that parses but whose timing or notes make no sense (:func:`check_midi_timing`, :func:`check_notes`)."""
-
-
-def check_midi_timing(ticks_per_beat: int, tempos: Iterable[float]) -> None:
-    """The header checks every MIDI reader here applies (pretty_midi's and the cache's symusic one).
-
-    Args:
-        ticks_per_beat: The resolution in the file's header.
-        tempos: Every ``set_tempo`` of the file, in microseconds per beat.
-
-    Raises:
-        UnusableMidi: Ticks per beat not positive (every note time would be infinite), or a tempo
-            of 0 (every note after it would last no time).
-    """
-    if not ticks_per_beat > 0:
-        raise UnusableMidi(f"its header gives {ticks_per_beat} ticks per beat, so note times cannot be computed")
-    for tempo in tempos:
-        if not tempo > 0:
-            raise UnusableMidi(f"it sets a tempo of {tempo} microseconds per beat, so its notes would last no time")
-
-
-def check_notes(notes: np.ndarray) -> np.ndarray:
-    """The note checks every MIDI reader here applies; returns ``notes`` when they pass.
-
-    Args:
-        notes: ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` as read from a file.
-
-    Raises:
-        UnusableMidi: Times that are not finite or negative, a note that ends before it starts, or
-            notes that all last no time. (A file without notes passes: callers say so themselves.)
-    """
-    if not len(notes):
-        return notes
-    times = notes[:, 1:3]
-    if not np.isfinite(times).all():
-        raise UnusableMidi("its note times are not finite numbers")
-    if (times < 0).any():
-        raise UnusableMidi("a note starts before time 0")
-    if (notes[:, 2] < notes[:, 1]).any():
-        raise UnusableMidi("a note ends before it starts")
-    if not (notes[:, 2] > notes[:, 1]).any():
-        raise UnusableMidi("every note lasts no time (0 s)")
-    return notes
-
-
-def apply_sustain_pedal(notes: np.ndarray, control_changes: list[pretty_midi.ControlChange] | np.ndarray) -> np.ndarray:
-    """Lengthens notes released while the sustain pedal (CC64 >= 64) is down.
-
-    Such a note lasts until the pedal comes up, or until the same pitch is struck again, whichever
-    is first (never shorter than it was). A pedal still down at the end lifts at the last note end
-    or control change of the instrument.
-
-    Args:
-        notes: ``(num_notes, 4)`` array ``[pitch, start_s, end_s, velocity]`` of one instrument.
-        control_changes: That instrument's control changes (other controllers are ignored): objects
-            with ``number``, ``value`` and ``time``, or an array ``(n, 3)`` of ``[time, number, value]``.
-
-    Returns:
-        A new ``(num_notes, 4)`` array with the same notes in the same order, ends extended.
-    """
-    if isinstance(control_changes, np.ndarray):
-        rows = control_changes[control_changes[:, 1] == SUSTAIN_PEDAL_CC]
-        pedal = sorted(zip(rows[:, 0].tolist(), rows[:, 2].tolist(), strict=True))
-    else:
-        pedal = sorted((cc.time, cc.value) for cc in control_changes if cc.number == SUSTAIN_PEDAL_CC)
-    if not pedal or len(notes) == 0:
-        return notes.copy()
-    last_time = max(notes[:, 2].max(), pedal[-1][0])
-    downs, ups, down_since = [], [], None
-    for time, value in pedal:
-        if value >= 64 and down_since is None:
-            down_since = time
-        elif value < 64 and down_since is not None:
-            downs.append(down_since)
-            ups.append(time)
-            down_since = None
-    if down_since is not None:
-        downs.append(down_since)
-        ups.append(max(last_time, down_since))
-    if not downs:
-        return notes.copy()
-    downs, ups = np.array(downs), np.array(ups)
-
-    end = notes[:, 2]
-    interval = np.searchsorted(downs, end, side="right") - 1
-    sustained = (interval >= 0) & (end < ups[interval.clip(0)])
-
-    # Next onset of the same pitch (strictly later), or +inf.
-    by_pitch = np.lexsort((notes[:, 1], notes[:, 0]))
-    next_onset = np.full(len(notes), np.inf)
-    same_pitch = notes[by_pitch[1:], 0] == notes[by_pitch[:-1], 0]
-    later = notes[by_pitch[1:], 1] > notes[by_pitch[:-1], 1]
-    next_onset[by_pitch[:-1][same_pitch & later]] = notes[by_pitch[1:][same_pitch & later], 1]
-
-    result = notes.copy()
-    pedal_end = np.minimum(ups[interval.clip(0)], next_onset)
-    result[:, 2] = np.where(sustained, np.maximum(end, pedal_end), end)
-    return result
-
-
 def _resolve_overlaps(
     pitch: np.ndarray, onset: np.ndarray, offset: np.ndarray, velocity_bin: np.ndarray
 ) -> tuple[np.ndarray, ...]:
@@ -538,3 +395,16 @@ def _notes_from_steps(notes: list[tuple[int, int, int, int]], time_step: float) 
     array = np.array(notes, dtype=np.float64).reshape(-1, 4)
     array[:, 1:3] *= time_step
     return array[np.lexsort((array[:, 0], array[:, 1]))]
+
+
+_MOVED = ("SUSTAIN_PEDAL_CC", "UnusableMidi", "apply_sustain_pedal", "check_midi_timing", "check_notes")
+
+
+def __getattr__(name: str):
+    """The reader's names that moved to :mod:`~multimodal.tokenizers.midi_files`, kept importable from
+    here for one release with a ``DeprecationWarning`` (``notes_from_midi`` stays: the tokenizer uses it)."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} moved to multimodal.tokenizers.midi_files; the old path goes in version 0.3",
+                  DeprecationWarning, stacklevel=2)  # fmt: skip
+    return getattr(importlib.import_module("multimodal.tokenizers.midi_files"), name)

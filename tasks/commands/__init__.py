@@ -5,6 +5,12 @@ Each command is a function ``run(argv)`` in a module of this package, named here
 importing torch or Lightning, and a command's own ``--help`` imports only what that command does.
 To add a command, write the function (importing heavy modules inside it) and add one line to
 :data:`COMMANDS`.
+
+``multimodal generate`` and ``multimodal perplexity`` run what the checkpoint's task offers: its
+command module, named in :data:`TASK_COMMANDS` by the task's registered name (tasks train; the
+modules here command). To give a task these commands, write a module with
+``add_generate_arguments(parser)`` / ``run_generate(model, tokenizer, args, data)`` (and the
+``perplexity`` pair, if it scores files) and add one line to :data:`TASK_COMMANDS`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -57,3 +64,49 @@ COMMANDS: dict[str, Command] = {
         "tasks.commands.serve:serve_command",
     ),
 }
+
+
+TASK_COMMANDS: dict[str, str] = {
+    "MusicContinuation": "tasks.commands.music",
+    "LanguageModeling": "tasks.commands.text",
+    "ImageGeneration": "tasks.commands.images:generation",
+    "SuperResolution": "tasks.commands.images:super_resolution",
+    "AutoregressiveSuperResolution": "tasks.commands.images:super_resolution",
+    "ImageClassification": "tasks.commands.images:classification",
+}
+"""Registered task name (:data:`tasks.registry.TASKS`) -> its command module, or ``module:name`` of a
+:class:`TaskCommands` in one (a module serving several kinds of task). A task not named here has
+no ``generate`` or ``perplexity``: the commands refuse its checkpoints in one line.
+
+A command module (or :class:`TaskCommands`) has, for ``multimodal NAME`` (``generate``, ``perplexity``):
+
+- ``add_NAME_arguments(parser)``: adds the task's options (it may also explain what to run instead, and exit);
+- ``run_NAME(model, tokenizer, args, data)``: runs the command with the checkpoint's model (eval mode,
+  on ``--device``), its tokenizer (or None), the parsed options and the run's data settings
+  (:attr:`tasks.checkpoint.LoadedCheckpoint.data`).
+
+A command without ``run_NAME`` is refused.
+"""
+
+
+@dataclass(frozen=True)
+class TaskCommands:
+    """The command functions of one kind of task, for a module that serves several (see :data:`TASK_COMMANDS`)."""
+
+    add_generate_arguments: Callable[..., None] | None = None
+    run_generate: Callable[..., None] | None = None
+    add_perplexity_arguments: Callable[..., None] | None = None
+    run_perplexity: Callable[..., None] | None = None
+
+
+def task_commands(task_class: type) -> Any | None:
+    """The command module (or :class:`TaskCommands`) of a task class, by its registered name; None without one."""
+    from tasks.registry import TASKS
+
+    path = f"{task_class.__module__}.{task_class.__qualname__}"
+    names = [name for name, registered in TASKS.items() if registered == path and name in TASK_COMMANDS]
+    if not names:
+        return None
+    module, _, attribute = TASK_COMMANDS[names[0]].partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attribute) if attribute else loaded

@@ -1,9 +1,9 @@
 """The commands that work on a trained checkpoint: ``multimodal generate`` and ``multimodal perplexity``.
 
 Both read ``--checkpoint`` first, rebuild its task without unpickling (:func:`tasks.checkpoint.load_task`),
-and let the task add its own options and run (the protocol of :class:`tasks.base.Task`:
-``add_generate_arguments`` / ``run_generate``, ``add_perplexity_arguments`` / ``run_perplexity``).
-A task that does not implement a command is refused with one line.
+and hand the rest to the command module of the checkpoint's task (:data:`tasks.commands.TASK_COMMANDS`:
+``add_generate_arguments`` / ``run_generate``, ``add_perplexity_arguments`` / ``run_perplexity``),
+with the model, its tokenizer and the run's data settings. A task without the command is refused with one line.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def perplexity_command(argv: list[str]) -> None:
 
 
 def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str], refusal: str) -> None:
-    """Adds ``--checkpoint`` / ``--device``, the checkpoint's task's options, and runs the task's ``run_<name>``."""
+    """Adds ``--checkpoint`` / ``--device`` and the options of the checkpoint's task's command module, and runs
+    its ``run_<name>``."""
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--checkpoint", type=Path)
     first.add_argument("--device", default=None)
@@ -42,33 +43,38 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="a .ckpt written by `multimodal fit`, a run folder (its best checkpoint) or a model folder")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    task = tokenizer = None
+    loaded = run = None
     if known.checkpoint is not None and not known.checkpoint.exists() and not {"-h", "--help"} & set(argv):
         parser.error(f"--checkpoint {known.checkpoint}: no such checkpoint file or folder")  # before the task's options
     if known.checkpoint is not None and known.checkpoint.exists():
         import torch
 
         from tasks.checkpoint import load_task
+        from tasks.commands import task_commands
 
         device = known.device or ("cuda" if torch.cuda.is_available() else "cpu")
         check_device(parser, device)  # before loading: a bad device is not a bad checkpoint
-        task, tokenizer = load_task(known.checkpoint, map_location=device)
-        if not task.supports(name):
-            getattr(task, f"add_{name}_arguments")(parser)  # may explain what to run instead, and exit
-            parser.error(f"{known.checkpoint}: a {type(task).__name__} checkpoint {refusal}")
-        getattr(task, f"add_{name}_arguments")(parser)
+        loaded = load_task(known.checkpoint, map_location=device)
+        commands = task_commands(type(loaded.task))
+        add_arguments = getattr(commands, f"add_{name}_arguments", None)
+        run = getattr(commands, f"run_{name}", None)
+        if add_arguments is not None:
+            add_arguments(parser)  # without run_<name>, it may explain what to run instead, and exit
+        if run is None:
+            parser.error(f"{known.checkpoint}: a {type(loaded.task).__name__} checkpoint {refusal}")
     else:
         parser.add_argument("rest", nargs="*", help="the options of the checkpoint's task")
     args = parser.parse_args(argv)
-    if task is None:
+    if loaded is None:
         parser.error(f"checkpoint not found: {args.checkpoint}")
     if name == "generate":
         _check_decoding(parser, args)
-    getattr(task, f"run_{name}")(tokenizer, args)
+    run(loaded.task.model, loaded.tokenizer, args, loaded.data)
 
 
 #: Options only sampling uses. Beam search (``--num-beams N``, N > 1) is deterministic and refuses
-#: them, as :func:`multimodal.generation.generate` does, rather than ignore them.
+#: them, as :class:`multimodal.generation.SamplingConfig` does, rather than ignore them; refused here
+#: first, with the options' names as typed (:func:`tasks.arguments.sampling_from_args` then builds the config).
 SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "seed", "min_p", "repetition_penalty", "no_repeat_ngram_size",
                     "min_new_tokens", "stream")  # fmt: skip
 

@@ -91,10 +91,10 @@ def export_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if not args.checkpoint.exists():
         parser.error(f"checkpoint not found: {args.checkpoint}")
-    from tasks.outputs import claim_outputs
+    from multimodal.data.storage import claim_paths
 
     files = ["config.json", "model.safetensors", "tokenizer.json", "README.md", "training_config.yaml"]
-    claim_outputs([args.out / name for name in files], args.overwrite)
+    claim_paths([args.out / name for name in files], args.overwrite)
     from tasks.export import export_model_folder
 
     out = export_model_folder(args.checkpoint, args.out)
@@ -109,6 +109,6 @@ def _print_summary(out: Path) -> None:
 
 
 def _claim_export(out: Path, overwrite: bool) -> None:
-    from tasks.outputs import claim_outputs
+    from multimodal.data.storage import claim_paths
 
-    claim_outputs([out / "blocks.safetensors", out / "config.json", out / "tokenizer.json"], overwrite)
+    claim_paths([out / "blocks.safetensors", out / "config.json", out / "tokenizer.json"], overwrite)

@@ -123,7 +123,12 @@ def _ingest_midi(args: argparse.Namespace) -> Path:
 @fetcher("soundfonts", "locate Debian's larger General MIDI SoundFonts (downloads nothing); prints the best found")
 def _find_soundfonts(args: argparse.Namespace) -> Path:
     """Lists each SoundFont as found or missing (with its ``apt-get install`` line) on stderr."""
-    from multimodal.synthesis import SOUNDFONT_ENV, bundled_soundfont, default_soundfont, find_soundfonts
+    from multimodal.audio.synthesis import (
+        SOUNDFONT_ENV,
+        bundled_soundfont,
+        default_soundfont,
+        find_soundfonts,
+    )
 
     found = find_soundfonts()
     for package, path, about, installed in found:

@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 
 from multimodal.limits import MAX_NEW_TOKENS, MAX_SAMPLES
-from tasks.arguments import count, non_negative_float, positive_float, positive_int, probability
+from tasks.arguments import (
+    count,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    probability,
+    sampling_from_args,
+)
 
 
 def sample_stats_command(argv: list[str]) -> None:
@@ -17,7 +24,7 @@ def sample_stats_command(argv: list[str]) -> None:
     cut after ``--primer-seconds``; the model continues it once, and the generated continuation is
     compared with the piece's real continuation over the same seconds: histogram overlaps of note
     duration, polyphony, inter-onset interval, pitch class and pitch (1 = the same distribution), the
-    longest note and the share of notes still sounding at the end (see multimodal/music_stats.py).
+    longest note and the share of notes still sounding at the end (see multimodal/music/stats.py).
     """
     parser = argparse.ArgumentParser(prog="multimodal sample-stats", description=sample_stats_command.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -45,27 +52,28 @@ def sample_stats_command(argv: list[str]) -> None:
     import torch
 
     from multimodal.music import evaluate_continuations, longest_note
-    from multimodal.music_stats import comparison_table, overlaps
-    from multimodal.tokenizers.midi import notes_from_midi
+    from multimodal.music.stats import comparison_table, overlaps
+    from multimodal.tokenizers.midi_files import notes_from_midi
     from tasks.checkpoint import load_task
     from tasks.commands.checkpoint import check_device
-    from tasks.music_continuation import MusicContinuation, run_pieces
+    from tasks.commands.music import run_pieces
+    from tasks.music_continuation import MusicContinuation
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_device(parser, device)  # before loading: a bad device is not a bad checkpoint
-    task, tokenizer = load_task(args.checkpoint, map_location=device)
+    task, tokenizer, data = load_task(args.checkpoint, map_location=device)
     if not isinstance(task, MusicContinuation):
         parser.error(f"{args.checkpoint} is a {type(task).__name__} checkpoint, not a music model")
     if args.primers:
         pieces, names = [notes_from_midi(path) for path in args.primers], [str(path) for path in args.primers]
     else:
-        held_out = run_pieces(args.checkpoint, args.split)
+        held_out = run_pieces(data, args.split)
         pieces, names = held_out.notes[: args.num_primers], held_out.names[: args.num_primers]
     generated, reference, _ = evaluate_continuations(
         task.model, tokenizer, pieces, primer_seconds=args.primer_seconds, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        sampling=sampling_from_args(args), seed=args.seed,
     )  # fmt: skip
-    training_longest = longest_note(run_pieces(args.checkpoint, "train").notes)
+    training_longest = longest_note(run_pieces(data, "train").notes)
     print(f"{len(pieces)} primers of {args.primer_seconds:g} s ({', '.join(names)}), {args.max_new_tokens} new events each")
     print(comparison_table(generated, reference, training_longest))
     if args.json:

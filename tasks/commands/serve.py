@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from tasks.arguments import positive_int
-from tasks.serve import CONCURRENCY, MAX_UPLOAD, QUEUE_SIZE
+from tasks.serve.checks import CONCURRENCY, MAX_UPLOAD, QUEUE_SIZE
 
 
 def serve_command(argv: list[str]) -> None:
@@ -38,7 +38,7 @@ def serve_command(argv: list[str]) -> None:
     if args.device is not None:
         check_device(parser, args.device)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    task, tokenizer = load_task(args.checkpoint, map_location=device)
-    page = build_page(task, tokenizer, args.checkpoint, args.concurrency, args.queue_size)
+    task, tokenizer, data = load_task(args.checkpoint, map_location=device)
+    page = build_page(task, tokenizer, data, args.checkpoint, args.concurrency, args.queue_size)
     print(f"serving {type(task).__name__} from {args.checkpoint} at http://{args.host}:{args.port} (Ctrl-C stops)")
     page.launch(server_name=args.host, server_port=args.port, show_error=True, max_file_size=MAX_UPLOAD)

@@ -17,15 +17,9 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from multimodal.data.resumable import ResumableLoader
-from multimodal.data.text import (
-    TokenWindowDataset,
-    find_text_files,
-    hold_out,
-    split_stdlib_files,
-    stdlib_tokenizer,
-    tokenize_files,
-    trained_tokenizer,
-)
+from multimodal.data.text import TokenWindowDataset, stdlib_tokenizer
+from multimodal.data.text_cache import tokenize_files, trained_tokenizer
+from multimodal.data.text_files import find_text_files, hold_out, split_stdlib_files
 from multimodal.data.text_windows import DocumentWindows, evaluation_loader
 from multimodal.tokenizers.text import TextTokenizer
 from tasks.datamodules.checks import check_options, check_percents

@@ -12,39 +12,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-CONCURRENCY = 1  # requests computed at once (each page has one function); on a CPU a second only shares cores
-QUEUE_SIZE = 16  # requests waiting beyond those; one more is refused at once ("Queue is full", try again)
-SEEDS = (0, 2**32 - 1)  # a seed widget's bounds
-MAX_UPLOAD = "10mb"  # a larger upload is refused (HTTP 413) as it streams in, before it fills memory or disk
+from tasks.serve.checks import CONCURRENCY, QUEUE_SIZE
 
 
 def build_page(
-    task: Any, tokenizer: Any, checkpoint: Path, concurrency: int = CONCURRENCY, queue_size: int = QUEUE_SIZE
+    task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path, concurrency: int = CONCURRENCY,
+    queue_size: int = QUEUE_SIZE,
 ) -> Any:
-    """The ``gradio.Blocks`` page for ``task`` (its model in eval mode), the checkpoint it came from, with a
-    bounded queue: ``concurrency`` requests computed at once, ``queue_size`` more waiting, the rest refused."""
-    page = _page(task, tokenizer, checkpoint)
+    """The ``gradio.Blocks`` page for ``task`` (its model in eval mode), the run's data settings and the
+    checkpoint it came from (what :func:`tasks.checkpoint.load_task` returns), with a bounded queue:
+    ``concurrency`` requests computed at once, ``queue_size`` more waiting, the rest refused."""
+    page = _page(task, tokenizer, data, checkpoint)
     page.delete_cache = (3600, 3600)  # Gradio's copies of uploads and results: deleted hourly once an hour old
     return page.queue(default_concurrency_limit=concurrency, max_size=queue_size)
 
 
-def bounded(name: str, value: Any, low: float, high: float, whole: bool = False) -> float:
-    """``value`` as a number if it is one in ``[low, high]`` (a whole one if ``whole``), else a ``gradio.Error``
-    naming the setting: the widgets keep to their bounds, but a request through the API need not (NaN, None)."""
-    import gradio as gr
-
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise gr.Error(f"{name}: expected a number, got {value!r}.") from None
-    if not low <= number <= high:  # NaN fails this too
-        raise gr.Error(f"{name}: {value!r} is outside [{low:g}, {high:g}].")
-    if whole and number != int(number):
-        raise gr.Error(f"{name}: expected a whole number, got {value!r}.")
-    return number
-
-
-def _page(task: Any, tokenizer: Any, checkpoint: Path) -> Any:
+def _page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> Any:
     from tasks.image_classification import ImageClassification
     from tasks.image_generation import ImageGeneration
     from tasks.language_modeling import LanguageModeling
@@ -54,7 +37,7 @@ def _page(task: Any, tokenizer: Any, checkpoint: Path) -> Any:
     if isinstance(task, MusicContinuation):
         from tasks.serve.music import music_page
 
-        return music_page(task, tokenizer, checkpoint)
+        return music_page(task, tokenizer, data, checkpoint)
     if isinstance(task, LanguageModeling):
         from tasks.serve.text import text_page
 
@@ -66,5 +49,5 @@ def _page(task: Any, tokenizer: Any, checkpoint: Path) -> Any:
     if isinstance(task, (SuperResolution, AutoregressiveSuperResolution)):
         return images.super_resolution_page(task)
     if isinstance(task, ImageClassification):
-        return images.classification_page(task, checkpoint)
+        return images.classification_page(task, data)
     raise ValueError(f"no page for a {type(task).__name__} checkpoint")

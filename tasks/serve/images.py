@@ -7,17 +7,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 
 from multimodal.data.image_folder import to_mode
-from multimodal.images import ImageTooLarge, check_output_size, sample_images, upscale
+from multimodal.generation import SamplingConfig
+from multimodal.images import (
+    ImageTooLarge,
+    check_output_size,
+    image_to_tensor,
+    sample_images,
+    save_image,
+    upscale,
+    upscaled_files,
+)
 from multimodal.limits import MAX_OUTPUT_PIXELS
 from multimodal.models.super_resolution import bicubic_upsample
 from multimodal.viz import image_grid, side_by_side_png
-from tasks.checkpoint import data_settings
-from tasks.serve import SEEDS, bounded
+from tasks.serve.checks import SEEDS, bounded
 
 TEMPERATURE = (0.1, 1.5)  # the widget's bounds, checked again in the function (the API)
 SAMPLES = (1, 64)  # the same for the number of samples: a request cannot ask for 10**9 images
@@ -59,7 +66,8 @@ class GenerationSession:
             label = int(bounded("class", label or 0, 0, config.num_classes - 1, whole=True))
             labels = torch.full((int(count),), label, dtype=torch.long, device=self.task.device)
         generator = torch.Generator(device=self.task.device).manual_seed(seed)
-        images = sample_images(self.task.model, int(count), labels=labels, temperature=temperature, generator=generator)
+        sampling = SamplingConfig(temperature=temperature)
+        images = sample_images(self.task.model, int(count), sampling, labels=labels, generator=generator)
         grid = image_grid(images, pixel_scale=max(1, 64 // config.width))
         return grid, f"{int(count)} samples" + (f" of class {label}" if labels is not None else "")
 
@@ -111,15 +119,13 @@ class SuperResolutionSession:
             return None, None, f"Too large to upscale here: {error}"
         except ValueError as error:
             return None, None, f"Could not read the upload: {error}"
-        array = np.asarray(to_mode(image, "L" if config.channels == 1 else "RGB"), dtype=np.float32) / 255
-        low_res = torch.from_numpy(array)
-        low_res = low_res[None] if low_res.dim() == 2 else low_res.permute(2, 0, 1)
+        low_res = image_to_tensor(to_mode(image, "L" if config.channels == 1 else "RGB"))
         ours = upscale(self.task.model, low_res.to(self.task.device)).cpu()
         bicubic = bicubic_upsample(low_res[None], config.scale)[0]
         self.count += 1
-        side_by_side = side_by_side_png([("bicubic", bicubic), ("ours", ours)], self.folder / f"{self.count}_side_by_side.png")
-        upscaled = self.folder / f"{self.count}_x{config.scale}.png"
-        Image.fromarray((ours.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).squeeze(-1).numpy()).save(upscaled)
+        upscaled, side_by_side = upscaled_files(self.folder, str(self.count), config.scale)
+        side_by_side_png([("bicubic", bicubic), ("ours", ours)], side_by_side)
+        save_image(ours, upscaled)
         return str(side_by_side), str(upscaled), f"{low_res.shape[-1]}x{low_res.shape[-2]} → x{config.scale}"
 
 
@@ -142,11 +148,10 @@ def super_resolution_page(task: Any) -> Any:
 class ClassificationSession:
     """Classification without the page: class probabilities of an uploaded image, with the run's transforms."""
 
-    def __init__(self, task: Any, checkpoint: Path) -> None:
+    def __init__(self, task: Any, data: dict[str, Any]) -> None:
         from tasks.datamodules.image_classification import prediction_pipeline
 
         self.task = task
-        data = data_settings(checkpoint)
         self.pipeline, self.mode = prediction_pipeline(task.config.channels, data.get("image_size"), data.get("transform"))
 
     def classify(self, upload: str | None) -> tuple[dict[str, float] | None, str]:
@@ -168,11 +173,11 @@ class ClassificationSession:
         return {name: float(p) for name, p in zip(names, probabilities, strict=True)}, ""
 
 
-def classification_page(task: Any, checkpoint: Path) -> Any:
-    """The Gradio page of an image-classification checkpoint."""
+def classification_page(task: Any, data: dict[str, Any]) -> Any:
+    """The Gradio page of an image-classification checkpoint (``data``: its run's data settings)."""
     import gradio as gr
 
-    session = ClassificationSession(task, checkpoint)
+    session = ClassificationSession(task, data)
     with gr.Blocks(title="multimodal: image classification") as page:
         gr.Markdown("# Image classification\nUpload an image: the model's class probabilities.")
         upload = gr.File(label="image", file_types=["image"], type="filepath")

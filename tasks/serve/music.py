@@ -8,10 +8,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from multimodal.generation import SamplingConfig
 from multimodal.music import continue_music, primer_ids
-from multimodal.tokenizers.midi import notes_from_midi
-from tasks.music_continuation import run_pieces
-from tasks.serve import SEEDS, bounded
+from multimodal.tokenizers.midi_files import notes_from_midi
+from tasks.commands.music import run_pieces
+from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
 SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0)
@@ -24,12 +25,12 @@ class MusicSession:
     Args:
         task: A ``MusicContinuation`` task (its model in eval mode).
         tokenizer: Its MIDI tokenizer.
-        checkpoint: Where it came from (the held-out pieces of its run are the primers offered).
+        data: Its run's data settings (the held-out pieces of the run are the primers offered).
     """
 
-    def __init__(self, task: Any, tokenizer: Any, checkpoint: Path) -> None:
+    def __init__(self, task: Any, tokenizer: Any, data: dict[str, Any]) -> None:
         self.task, self.tokenizer = task, tokenizer
-        held_out = run_pieces(checkpoint, "val")
+        held_out = run_pieces(data, "val")
         self.pieces = dict(zip(held_out.names, held_out.notes, strict=True))
         self.folder = Path(tempfile.mkdtemp(prefix="multimodal-serve-"))
         self.count = itertools.count(1)  # next() is atomic: concurrent requests get their own folders
@@ -63,17 +64,18 @@ class MusicSession:
         number = next(self.count)
         shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
         out = self.folder / f"request_{number}"
-        (path,) = continue_music(self.task.model, self.tokenizer, primer, out, max_new_tokens=length,
-                                 temperature=temperature, top_p=top_p, seed=seed, audio=True)  # fmt: skip
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p)
+        (path,) = continue_music(self.task.model, self.tokenizer, primer, out, sampling, max_new_tokens=length,
+                                 seed=seed, audio=True)  # fmt: skip
         message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events."
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
 
 
-def music_page(task: Any, tokenizer: Any, checkpoint: Path) -> Any:
-    """The Gradio page of a music checkpoint."""
+def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> Any:
+    """The Gradio page of a music checkpoint (``data``: its run's data settings)."""
     import gradio as gr
 
-    session = MusicSession(task, tokenizer, checkpoint)
+    session = MusicSession(task, tokenizer, data)
     names = list(session.pieces)
     with gr.Blocks(title="multimodal: music continuation") as page:
         gr.Markdown(f"# Music continuation\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out "

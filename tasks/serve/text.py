@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from multimodal.generation import SamplingConfig
 from multimodal.text import stream_text
-from tasks.serve import SEEDS, bounded
+from tasks.serve.checks import SEEDS, bounded
 
 TEMPERATURE, TOP_P = (0.0, 1.5), (0.5, 1.0)  # the widgets' bounds, checked again in the function (the API)
 NEW_TOKENS = (8, 1024)  # the same for the length: a request cannot ask for 10**9 tokens
@@ -30,10 +31,10 @@ class TextSession:
         temperature = bounded("temperature", temperature, *TEMPERATURE)
         top_p = bounded("top-p", top_p, *TOP_P)
         seed = int(bounded("seed", seed, *SEEDS, whole=True))
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p)
         text = prompt or ""
         try:
-            for piece in stream_text(self.task.model, self.tokenizer, text, int(length), temperature=temperature,
-                                     top_p=top_p, seed=int(seed)):  # fmt: skip
+            for piece in stream_text(self.task.model, self.tokenizer, text, int(length), sampling, seed=int(seed)):
                 text += piece
                 yield text
         except ValueError as error:  # e.g. a prompt too long for a learned-position model

@@ -1,4 +1,6 @@
-"""The MIDI ingest: symusic notes against pretty_midi's, the sharded cache, re-runs and interruptions."""
+"""The MIDI ingest: the sharded cache holds the one reader's notes; re-runs and interruptions.
+
+The reader itself is tested against pretty_midi in ``tests/tokenizers/test_midi_files.py``."""
 
 import os
 import time
@@ -8,8 +10,8 @@ import pretty_midi
 import pytest
 
 import multimodal.data.midi_cache as midi_cache
-from multimodal.data.midi_cache import MidiCache, ingest_midi, read_midi_notes
-from multimodal.tokenizers.midi import notes_from_midi
+from multimodal.data.midi_cache import MidiCache, ingest_midi
+from multimodal.tokenizers.midi_files import read_midi_notes
 
 
 def _write(path, notes, pedal=(), drums=(), tempo=120.0):
@@ -37,18 +39,6 @@ def folder(tmp_path):
     _write(root / "drums_only.mid", [], drums=[(36, 0.0, 0.1)])
     (root / "notes.txt").write_text("not midi")
     return root
-
-
-def test_symusic_notes_equal_pretty_midis_with_pedal_tempo_and_drums(tmp_path):
-    from multimodal.data.music import cache_root, load_bach_chorales
-
-    path = _write(tmp_path / "p.mid", [(60, 0.0, 0.2, 80), (62, 0.5, 0.6, 70), (60, 1.5, 1.6, 80)],
-                  pedal=[(0.25, 100), (1.0, 127), (2.0, 0)], drums=[(36, 0.0, 0.1)], tempo=97.0)  # fmt: skip
-    files = [path] + [cache_root() / "bach_chorales" / "midi" / f"{name}.mid" for name in load_bach_chorales(limit=3).names]
-    for file in files:
-        ours, reference = read_midi_notes(file), notes_from_midi(file)
-        assert ours.shape == reference.shape
-        np.testing.assert_allclose(ours, reference, atol=2e-3)  # float32 seconds in symusic
 
 
 def test_ingest_caches_every_readable_file_and_names_the_rest(folder, tmp_path):

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from multimodal.data.music import (
+    NOTES_CACHE,
     MidiAugmentation,
     MidiCorpus,
     MidiPieceWindows,
@@ -78,7 +79,7 @@ def test_chorales_are_converted_once_and_then_load_from_the_cache_fast(chorale_c
 def test_interrupted_conversion_resumes_with_only_the_missing_chorale(chorale_cache):
     before = {p.name: p.stat().st_mtime_ns for p in (chorale_cache / "midi").iterdir()}
     (chorale_cache / "midi" / "bwv104.6.mid").unlink()
-    (chorale_cache / "notes_v1.npz").unlink()
+    (chorale_cache / NOTES_CACHE).unlink()
     corpus = load_bach_chorales(limit=7, cache_dir=chorale_cache)
     after = {p.name: p.stat().st_mtime_ns for p in (chorale_cache / "midi").iterdir()}
     assert corpus.names == FIRST_CHORALES

@@ -1,4 +1,4 @@
-"""Tests of the text data sets: corpus split, token stream and its cache, windows."""
+"""Tests of the text data: corpus split and files (text_files), token stream and its cache (text_cache), windows (text)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,14 @@ import pytest
 import torch
 
 from multimodal.data import text as text_data
-from multimodal.data.text import (
+from multimodal.data.text import TokenWindowDataset, stdlib_tokenizer
+from multimodal.data.text_cache import ShardedTokens, token_dtype, tokenize_files
+from multimodal.data.text_files import (
     TextDataWarning,
-    TokenWindowDataset,
     find_text_files,
     split_stdlib_files,
     stdlib_files,
     stdlib_root,
-    stdlib_tokenizer,
-    token_dtype,
-    tokenize_files,
 )
 from multimodal.tokenizers.text import TextTokenizer
 
@@ -347,7 +345,7 @@ def test_a_sharded_stream_is_the_same_tokens_as_one_entry(
     files = documents + more
     whole = tokenize_files(files, counting, tmp_path / "one")
     sharded = tokenize_files(files, counting, tmp_path / "many", shard_bytes=60)
-    assert isinstance(whole, np.memmap) and isinstance(sharded, text_data.ShardedTokens)
+    assert isinstance(whole, np.memmap) and isinstance(sharded, ShardedTokens)
     assert len(sharded.shards) > 3 and len(sharded) == len(whole) and sharded.shape == whole.shape
     np.testing.assert_array_equal(np.asarray(sharded), whole)
     for start in range(0, len(whole) - 7):  # every window, those across a shard boundary included
@@ -369,3 +367,13 @@ def test_an_edit_re_encodes_only_its_shard(counting: CountingTokenizer, document
     assert np.asarray(stream).tolist()[-len(counting.encode("def third():\n    return 3\n")) :] == counting.encode(
         "def third():\n    return 3\n"
     )
+
+
+def test_names_that_moved_out_still_import_from_multimodal_data_text_with_a_warning() -> None:
+    from multimodal.data import text_cache, text_files
+
+    for name, home in (("find_text_files", text_files), ("read_text_file", text_files), ("ShardedTokens", text_cache)):
+        with pytest.warns(DeprecationWarning, match=rf"{name} moved to {home.__name__}"):
+            assert getattr(text_data, name) is getattr(home, name)
+    with pytest.raises(AttributeError):
+        text_data.no_such_name  # noqa: B018

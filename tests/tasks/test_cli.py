@@ -49,7 +49,7 @@ def test_fit_checkpoint_reload_resume_and_generate(music_args, tmp_path):
     assert list((tmp_path / RUN).glob("samples/epoch_0/sample_0.mid")), "sample callback wrote no MIDI"
 
     # Reload without unpickling; same weights give the same logits as the saved state dict.
-    task, tokenizer = load_task(last)
+    task, tokenizer, _ = load_task(last)
     state = torch.load(last, weights_only=True)["state_dict"]
     fresh = MusicContinuation(model=task.hparams["model"]).eval()
     fresh.load_state_dict(state)
@@ -100,3 +100,25 @@ def test_console_script_prints_the_resolved_config():
     )
     assert "class_path: tasks.music_continuation.MusicContinuation" in result.stdout
     assert "position: relative" in result.stdout
+
+
+def test_generate_and_perplexity_find_each_task_s_command_module_by_its_registered_name():
+    """Tasks train, commands command: one mapping names the command module of each task that has one."""
+    import importlib
+
+    from tasks.base import Task
+    from tasks.causal_lm import CausalLMTask
+    from tasks.commands import TASK_COMMANDS, task_commands
+    from tasks.registry import TASKS
+
+    assert set(TASK_COMMANDS) <= set(TASKS)
+    for name in TASK_COMMANDS:
+        module, _, class_name = TASKS[name].rpartition(".")
+        commands = task_commands(getattr(importlib.import_module(module), class_name))
+        assert callable(commands.add_generate_arguments), name
+        for command in ("generate", "perplexity"):
+            if getattr(commands, f"run_{command}", None) is not None:
+                assert callable(getattr(commands, f"add_{command}_arguments")), (name, command)
+    assert task_commands(CausalLMTask) is None  # refused by both commands in one line
+    protocol = ("supports", "run_generate", "add_generate_arguments", "run_perplexity", "add_perplexity_arguments")
+    assert not any(hasattr(Task, name) for name in protocol)  # no command-line protocol on the tasks

@@ -49,7 +49,7 @@ def test_finetune_config_trains_a_converted_gpt2_and_export_round_trips(converte
         main(["fit", *args])
     assert "frozen" in caplog.text and "loaded 29 pretrained tensors" in caplog.text
     last = tmp_path / RUN / "checkpoints" / "last.ckpt"
-    task, tokenizer = load_task(last)
+    task, tokenizer, _ = load_task(last)
     assert tokenizer.vocab_size == GPT2_VOCAB_SIZE == task.config.vocab_size
     # init_from loaded the converted weights and freeze kept the embeddings at exactly those values.
     converted_tensors = load_file(str(tmp_path / "outputs/gpt2_converted/blocks.safetensors"))

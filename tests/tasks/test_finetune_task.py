@@ -78,7 +78,7 @@ def test_lora_task_trains_only_adapters_and_new_parts(pretrained, tmp_path):
     assert lora_b.abs().sum() > 0
     # The checkpoint rebuilds the adapters from the hyper-parameters and loads without unpickling.
     trainer.save_checkpoint(tmp_path / "lora.ckpt")
-    reloaded, _ = load_task(tmp_path / "lora.ckpt")
+    reloaded, _, _ = load_task(tmp_path / "lora.ckpt")
     tokens = torch.randint(0, 50, (2, 16))
     torch.testing.assert_close(reloaded(tokens), task.eval()(tokens))
 

@@ -53,7 +53,7 @@ def test_cli_fit_checkpoint_reload_predict(vit_args, tmp_path):
     checkpoint = torch.load(last, weights_only=True)
     assert checkpoint["multimodal"]["task"] == "tasks.image_classification.ImageClassification"
     reloaded = ImageClassification.load_from_checkpoint(last).eval()
-    task, tokenizer = load_task(last)
+    task, tokenizer, _ = load_task(last)
     trained = cli.model.eval()
     images = torch.stack([cli.datamodule.split("test")[i][0] for i in range(8)])
     with torch.no_grad():

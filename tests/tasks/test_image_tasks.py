@@ -73,7 +73,7 @@ def test_image_generation_fit_reload_and_generate(tmp_path):
     grid = run / "samples/epoch_0.png"
     assert last.is_file() and grid.stat().st_size > 100, "no checkpoint or no validation sample grid"
 
-    task, tokenizer = load_task(last)  # torch.load(weights_only=True) inside
+    task, tokenizer, _ = load_task(last)  # torch.load(weights_only=True) inside
     assert (tokenizer.height, tokenizer.num_levels) == (8, 17)
     fresh = ImageGeneration(model=task.hparams["model"]).eval()
     fresh.load_state_dict(torch.load(last, weights_only=True)["state_dict"])
@@ -94,7 +94,7 @@ def test_super_resolution_fit_and_generate_an_odd_sized_image(tmp_path):
     run = tmp_path / "outputs/super_resolution/lightning_logs/version_0"
     last = run / "checkpoints/last.ckpt"
     assert last.is_file() and (run / "samples/epoch_0.png").is_file()
-    task, tokenizer = load_task(last)
+    task, tokenizer, _ = load_task(last)
     assert tokenizer is None and task.config.scale == 2
 
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (13, 19, 3), dtype=np.uint8)).save("odd.png")
@@ -111,6 +111,6 @@ def test_autoregressive_super_resolution_fits_and_samples(tmp_path):
           "--config", str(CONFIGS / "super_resolution_tiny.yaml"), "--data.init_args.crop_size=8",
           "--model.init_args.model.decoder_layers=1", "--model.init_args.num_val_samples=2"])  # fmt: skip
     last = next((tmp_path / "outputs/super_resolution/lightning_logs/version_0/checkpoints").glob("last*.ckpt"))
-    task, _ = load_task(last)
+    task, _, _ = load_task(last)
     assert isinstance(task, AutoregressiveSuperResolution)
     assert task(torch.rand(1, 3, 4, 4)).shape == (1, 3, 8, 8)

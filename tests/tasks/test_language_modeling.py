@@ -260,7 +260,7 @@ def test_fit_test_perplexity_and_generate_through_the_cli(corpus, tmp_path, caps
     assert "context 64, stride 32" in shown
     total = re.search(r"^total\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", shown, re.MULTILINE)
     assert total, shown
-    _, tokenizer = load_task(last)
+    _, tokenizer, _ = load_task(last)
     texts = [path.read_text(encoding="utf-8") for path in sorted(folders["test"].iterdir())]
     assert int(total[1]) == sum(len(tokenizer.encode(text)) for text in texts)
     assert int(total[2]) == sum(len(text.encode("utf-8")) for text in texts)

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 
 import multimodal
-from multimodal.model_folder import FAMILIES, load
+from multimodal.convert.folder import FAMILIES, load
 from tasks.checkpoint import load_task
 from tasks.cli import MultimodalCLI, main, task_class_from_args
 
@@ -59,7 +59,7 @@ def _inputs(model: torch.nn.Module, name: str):
 def test_export_then_load_gives_the_same_model_for_every_task(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     checkpoint = _checkpoint(name, tmp_path)
-    task, _ = load_task(checkpoint)
+    task, _, _ = load_task(checkpoint)
     main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "model")])
     folder = tmp_path / "model"
     assert {"config.json", "model.safetensors", "README.md"} <= {p.name for p in folder.iterdir()}
@@ -77,7 +77,7 @@ def test_export_then_load_gives_the_same_model_for_every_task(name, tmp_path, mo
         # The checkpoint loads the same way, and as the task the commands use.
         from_checkpoint, _ = load(checkpoint)
         torch.testing.assert_close(from_checkpoint(*args), task.model(*args), atol=0, rtol=0)
-        folder_task, _ = load_task(folder)
+        folder_task, _, _ = load_task(folder)
         torch.testing.assert_close(folder_task.model(*args), task.model(*args), atol=0, rtol=0)
 
 

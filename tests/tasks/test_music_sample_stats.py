@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from multimodal.music_stats import FEATURES
+from multimodal.music.stats import FEATURES
 from tasks.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -70,7 +70,7 @@ def test_perplexity_of_midi_files_per_event_note_and_second(trained, tmp_path, c
     import torch.nn.functional as F
 
     from multimodal.data.music import cache_root, load_bach_chorales
-    from multimodal.tokenizers.midi import notes_from_midi
+    from multimodal.tokenizers.midi_files import notes_from_midi
     from tasks.checkpoint import load_task
 
     last = trained / "checkpoints" / "last.ckpt"
@@ -84,7 +84,7 @@ def test_perplexity_of_midi_files_per_event_note_and_second(trained, tmp_path, c
     row = next(line for line in printed.splitlines() if line.startswith(f"{name}.mid"))
     events, notes, seconds, per_event, per_note, per_second = (float(x) for x in row.split()[1:])
     # Reference: [BOS] + events + [EOS] cut into windows of 64 that predict every token once.
-    task, tokenizer = load_task(last)
+    task, tokenizer, _ = load_task(last)
     notes_array = notes_from_midi(piece)
     ids = torch.tensor([tokenizer.bos_id, *tokenizer.encode_notes(notes_array), tokenizer.eos_id])
     total = 0.0

@@ -125,7 +125,7 @@ def test_exported_weights_have_the_mode_of_the_other_files(runs, tmp_path):  # n
     os.umask(mask)
     modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "model").iterdir()}
     assert modes["model.safetensors"] == 0o666 & ~mask and set(modes.values()) == {0o666 & ~mask}, modes
-    from multimodal.cache import atomic_write_text
+    from multimodal.data.storage import atomic_write_text
 
     assert atomic_write_text(tmp_path / "cached.json", "{}").stat().st_mode & 0o777 == 0o666 & ~mask
 
@@ -150,7 +150,7 @@ def test_the_library_scores_no_music_with_meaningless_sizes(runs):  # noqa: F811
     from multimodal.music import score_music
     from tasks.checkpoint import load_task
 
-    task, tokenizer = load_task(runs["music"])
+    task, tokenizer, _ = load_task(runs["music"])
     notes = np.array([[60, 0.0, 0.5, 80]])
     for sizes in ({"seq_len": -5}, {"batch_size": -1}, {"seq_len": 0}):
         with pytest.raises(ValueError, match=next(iter(sizes))):
@@ -181,7 +181,7 @@ def test_beam_search_refuses_sampling_in_the_cli_as_in_the_library(runs, tmp_pat
     from multimodal.generation import generate
     from tasks.checkpoint import load_task
 
-    task, _ = load_task(runs["music"])
+    task, _, _ = load_task(runs["music"])
     with pytest.raises(ValueError, match="num_beams > 1 is deterministic beam search; it does not take") as library:
         generate(task.model, torch.tensor([[1, 5]]), 4, num_beams=2, temperature=2.0)
     line = one_line_error(["generate", "--checkpoint", runs["music"], "--out", tmp_path / "o", "--num-beams", "2",

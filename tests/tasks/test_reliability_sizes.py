@@ -20,8 +20,8 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from multimodal.convert.folder import save_model_folder
 from multimodal.limits import MAX_NEW_TOKENS, MAX_OUTPUT_PIXELS, MAX_SAMPLES
-from multimodal.model_folder import save_model_folder
 from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, SuperResolutionConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.lm import CausalLM
@@ -225,8 +225,8 @@ def test_max_seq_len_minus_one_is_refused_by_load_and_generate(folders, capsys, 
 
 
 def test_the_weights_header_bounds_every_size_before_the_meta_build(folders, tmp_path):
-    from multimodal.model_folder import read_model_folder
-    from multimodal.weight_shapes import MAX_UNSAVED_ELEMENTS, layers_in, weight_shapes
+    from multimodal.convert.folder import read_model_folder
+    from multimodal.convert.weight_shapes import MAX_UNSAVED_ELEMENTS, layers_in, weight_shapes
 
     shapes = weight_shapes(folders / "music" / "model.safetensors")
     assert layers_in(shapes) == 2 and shapes["embedding.weight"] == (MidiTokenizer().vocab_size, 32)
@@ -267,8 +267,8 @@ def test_num_samples_and_max_new_tokens_are_bounded_by_the_parser(capped):
 
 
 def test_the_library_bounds_max_new_tokens_before_allocating():
-    from multimodal.beam_search import beam_search
     from multimodal.generation import generate
+    from multimodal.generation.beam import beam_search
 
     model = CausalLM(CausalLMConfig.from_preset("tiny", vocab_size=11, max_seq_len=64))
     prompt = torch.zeros(1, 3, dtype=torch.long)
@@ -314,7 +314,7 @@ def test_the_serve_functions_check_counts_against_the_widgets_bounds(folders):
     session.task, session.tokenizer, session.pieces = None, None, {}
     with pytest.raises(gradio.Error, match="new events"):
         session.continue_primer(None, None, 3.0, 10**9, 1.0, 0.95, 0)
-    task, _ = load_task(folders / "images")
+    task, _, _ = load_task(folders / "images")
     with pytest.raises(gradio.Error, match="samples"):
         images.GenerationSession(task).sample(None, 10**9, 1.0, 0)
     grid, message = images.GenerationSession(task).sample(None, images.SAMPLES[0], 1.0, 0)
@@ -342,7 +342,7 @@ def test_the_serve_page_refuses_a_huge_upload_without_decoding_it(folders, monke
     from tasks.checkpoint import load_task
     from tasks.serve.images import SuperResolutionSession
 
-    task, _ = load_task(folders / "sr")
+    task, _, _ = load_task(folders / "sr")
     session = SuperResolutionSession(task)
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: pytest.fail("the huge upload was decoded"))
     compared, upscaled, message = session.upscale(str(folders / "huge.png"))

@@ -37,8 +37,8 @@ def _broken(tmp_path, suffix):
 def test_music_page_continues_a_held_out_piece_and_explains_a_broken_upload(checkpoints, tmp_path):
     from tasks.serve.music import MusicSession
 
-    task, tokenizer = load_task(checkpoints["music"])
-    session = MusicSession(task, tokenizer, checkpoints["music"])
+    task, tokenizer, data = load_task(checkpoints["music"])
+    session = MusicSession(task, tokenizer, data)
     piece = next(iter(session.pieces))
     wav, roll, midi, message = session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0)
     assert Path(wav).stat().st_size > 1000 and Path(roll).stat().st_size > 1000 and Path(midi).is_file()
@@ -51,7 +51,7 @@ def test_music_page_continues_a_held_out_piece_and_explains_a_broken_upload(chec
 def test_text_page_streams_a_continuation(checkpoints):
     from tasks.serve.text import TextSession
 
-    task, tokenizer = load_task(checkpoints["text"])
+    task, tokenizer, _ = load_task(checkpoints["text"])
     pieces = list(TextSession(task, tokenizer).continue_prompt("def ", 12, 0.8, 0.95, 0))
     assert len(pieces) >= 2 and all(piece.startswith("def ") for piece in pieces)
     assert all(len(a) <= len(b) for a, b in itertools.pairwise(pieces))  # the text grows
@@ -62,20 +62,20 @@ def test_image_pages_and_their_bad_uploads(checkpoints, tmp_path):
 
     photo = tmp_path / "photo.png"
     Image.new("RGB", (16, 12), (200, 30, 60)).save(photo)
-    task, _ = load_task(checkpoints["super_resolution"])
+    task, _, _ = load_task(checkpoints["super_resolution"])
     session = SuperResolutionSession(task)
     compared, upscaled, message = session.upscale(str(photo))
     assert Image.open(upscaled).size == (16 * task.config.scale, 12 * task.config.scale) and Path(compared).is_file()
     assert session.upscale(_broken(tmp_path, ".png"))[2].startswith("Could not read the upload")
 
-    task, _ = load_task(checkpoints["vit"])
+    task, _, data = load_task(checkpoints["vit"])
     digit = tmp_path / "digit.png"
     Image.new("L", (8, 8), 128).save(digit)
-    probabilities, _ = ClassificationSession(task, checkpoints["vit"]).classify(str(digit))
+    probabilities, _ = ClassificationSession(task, data).classify(str(digit))
     assert sorted(probabilities) == sorted(task.class_names) and abs(sum(probabilities.values()) - 1) < 1e-5
-    assert ClassificationSession(task, checkpoints["vit"]).classify(_broken(tmp_path, ".png"))[0] is None
+    assert ClassificationSession(task, data).classify(_broken(tmp_path, ".png"))[0] is None
 
-    task, _ = load_task(checkpoints["image_generation"])
+    task, _, _ = load_task(checkpoints["image_generation"])
     grid, message = GenerationSession(task).sample("3", 4, 1.0, 0)
     assert grid.ndim == 3 and grid.shape[-1] == 3 and "4 samples" in message
 
@@ -91,8 +91,8 @@ def test_a_page_answers_over_http(checkpoints, tmp_path):
 
     from tasks.serve import build_page
 
-    task, _ = load_task(checkpoints["vit"])
-    page = build_page(task, None, checkpoints["vit"])
+    task, _, data = load_task(checkpoints["vit"])
+    page = build_page(task, None, data, checkpoints["vit"])
     port = _free_port()
     page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
@@ -120,12 +120,12 @@ def test_text_and_image_functions_check_their_settings_whatever_the_api_sends(ch
     from tasks.serve.images import GenerationSession
     from tasks.serve.text import TextSession
 
-    task, tokenizer = load_task(checkpoints["text"])
+    task, tokenizer, _ = load_task(checkpoints["text"])
     text = TextSession(task, tokenizer)
     for settings in [(1.6, 0.95, 0), (float("nan"), 0.95, 0), (0.8, 0.4, 0), (0.8, 0.95, -1), (0.8, 0.95, None)]:
         with pytest.raises(gradio.Error, match="temperature|top-p|seed"):
             next(text.continue_prompt("def ", 8, *settings))
-    task, _ = load_task(checkpoints["image_generation"])
+    task, _, _ = load_task(checkpoints["image_generation"])
     images = GenerationSession(task)
     for label, temperature, seed in [("3", 0.0, 0), ("3", 1.0, 2**32), ("3", 1.0, 0.5), ("10", 1.0, 0), ("-1", 1.0, 0)]:
         with pytest.raises(gradio.Error, match="class|temperature|seed"):

@@ -45,8 +45,8 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
 
     chosen = os.environ.get("MULTIMODAL_SERVE_CHECKPOINT")
     checkpoint = resolve_checkpoint(chosen) if chosen else one_step_checkpoint(["music_continuation.yaml", "music_continuation_tiny.yaml"], tmp_path / "music.ckpt")
-    task, tokenizer = load_task(checkpoint)
-    page = build_page(task, tokenizer, checkpoint)
+    task, tokenizer, data = load_task(checkpoint)
+    page = build_page(task, tokenizer, data, checkpoint)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

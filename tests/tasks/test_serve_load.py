@@ -25,10 +25,11 @@ PEAK_RSS_MIB, LOAD_RSS_MIB = 2048, 512  # the server's high-water mark, and its 
 @pytest.fixture(scope="module")
 def music(tmp_path_factory):
     """A one-step music checkpoint and the name of one of its held-out pieces."""
-    from tasks.music_continuation import run_pieces
+    from tasks.checkpoint import data_settings
+    from tasks.commands.music import run_pieces
 
     checkpoint = one_step_checkpoint(MUSIC, tmp_path_factory.mktemp("serve_load") / "music.ckpt")
-    return checkpoint, run_pieces(checkpoint, "val").names[0]
+    return checkpoint, run_pieces(data_settings(checkpoint), "val").names[0]
 
 
 def _free_port() -> int:
@@ -61,8 +62,8 @@ def test_the_music_function_checks_every_setting_and_refuses_a_non_midi_upload(m
     from tasks.serve.music import MusicSession
 
     checkpoint, piece = music
-    task, tokenizer = load_task(checkpoint)
-    session = MusicSession(task, tokenizer, checkpoint)
+    task, tokenizer, data = load_task(checkpoint)
+    session = MusicSession(task, tokenizer, data)
     good = {"piece": piece, "upload": None, "seconds": 2.0, "length": 16, "temperature": 1.0, "top_p": 0.95, "seed": 0}
     bad = {"seconds": [0.5, 31, math.nan, None], "length": [0, 15, 1025, 10**9, 16.5, "many"],
            "temperature": [0.0, 1.6, math.inf, math.nan], "top_p": [0.4, 1.01, math.nan, -1],
@@ -87,7 +88,7 @@ def test_the_music_function_checks_every_setting_and_refuses_a_non_midi_upload(m
 
 def test_serve_binds_the_loopback_address_with_a_bounded_queue_and_upload_size(music, monkeypatch):
     from tasks.cli import main
-    from tasks.serve import CONCURRENCY, MAX_UPLOAD, QUEUE_SIZE
+    from tasks.serve.checks import CONCURRENCY, MAX_UPLOAD, QUEUE_SIZE
 
     launched = {}
     monkeypatch.delenv("GRADIO_ANALYTICS_ENABLED", raising=False)  # restored afterwards

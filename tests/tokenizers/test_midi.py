@@ -17,7 +17,8 @@ import pretty_midi
 import pytest
 
 from multimodal.tokenizers.base import Tokenizer
-from multimodal.tokenizers.midi import MidiTokenizer, MidiTokenizerConfig, notes_from_midi
+from multimodal.tokenizers.midi import MidiTokenizer, MidiTokenizerConfig
+from multimodal.tokenizers.midi_files import notes_from_midi
 
 STEP = 0.01
 TOKENIZER = MidiTokenizer()
@@ -122,9 +123,14 @@ def reference_encode(notes: np.ndarray, tokenizer: MidiTokenizer) -> list[int]:
     return ids
 
 
+def reader_notes(path: Path) -> list[pretty_midi.Note]:
+    """The notes of a file as the one MIDI reader gives them (tested against pretty_midi in test_midi_files.py)."""
+    return [pretty_midi.Note(int(v), int(p), s, e) for p, s, e, v in notes_from_midi(path)]
+
+
 def assert_round_trip(path: Path, tmp_path: Path) -> int:
     """Asserts the documented round trip for one real file; returns the number of reference notes."""
-    reference = [n for i in pretty_midi.PrettyMIDI(str(path)).instruments for n in i.notes]
+    reference = reader_notes(path)
     ids = TOKENIZER.encode(path)
     assert_well_formed(ids)
     expected = expected_sounding_notes(reference)

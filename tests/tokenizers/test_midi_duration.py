@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pretty_midi
 import pytest
-from test_midi import expected_sounding_notes, make_midi, reference_notes_in_steps, rows, through_file
+from test_midi import (
+    expected_sounding_notes,
+    make_midi,
+    reader_notes,
+    reference_notes_in_steps,
+    rows,
+    through_file,
+)
 
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 
@@ -51,7 +58,7 @@ def reference_encode(notes: np.ndarray, tokenizer: MidiDurationTokenizer) -> lis
 
 def assert_round_trip(path: Path, tmp_path: Path) -> int:
     """Every sounding note comes back with its pitch, onset, length (to the duration grid) and loudness."""
-    reference = [n for i in pretty_midi.PrettyMIDI(str(path)).instruments for n in i.notes]
+    reference = reader_notes(path)
     expected = expected_sounding_notes(reference)
     decoded = decoded_notes(TOKENIZER.encode(path), tmp_path)
     assert len(decoded) == len(expected)

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tiny_models import bytes_to_unicode as gpt2_bytes_to_unicode
 
-from multimodal.data.text import split_stdlib_files
+from multimodal.data.text_files import split_stdlib_files
 from multimodal.tokenizers.base import Tokenizer
 from multimodal.tokenizers.text import TextTokenizer
 

@@ -67,3 +67,16 @@ def hash_bucket(name: str, buckets: int = 100) -> int:
     added or removed (and is the same on every machine and Python version).
     """
     return int.from_bytes(hashlib.sha1(name.encode("utf-8")).digest()[:8], "big") % buckets
+
+
+def claim_paths(paths: list[Path], overwrite: bool) -> None:
+    """Refuses to replace files that already exist, unless ``overwrite`` (a command's ``--overwrite``).
+
+    Raises:
+        FileExistsError: Naming the first such file; nothing has been written yet.
+    """
+    if overwrite:
+        return
+    for path in paths:
+        if Path(path).exists():
+            raise FileExistsError(17, "already exists; pass --overwrite to replace it, or another --out", str(path))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multimodal.generation import DecodingModel, check_max_new_tokens
+from multimodal.generation.config import DecodingModel, check_max_new_tokens
 from multimodal.limits import MAX_BEAMS
 
 _NEVER = -1.0e9

@@ -1,8 +1,4 @@
-"""Image generation and super-resolution end to end: sampling pixels and tiled upscaling.
-
-No Lightning here: the functions take the models of :mod:`multimodal.models` and plain tensors,
-in a notebook, a training task or a script alike. Images are float ``(channels, height, width)`` in
-``[0, 1]`` unless said otherwise.
+"""Tiled super-resolution of an image of any size, with seamless blending and a bound on the output.
 
 Tiled upscaling (:func:`upscale`) cuts a low-resolution image of any size into tiles that overlap,
 upscales them in batches and blends them with weights that ramp across the middle half of each
@@ -22,100 +18,12 @@ import math
 from collections import defaultdict
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from tqdm.auto import tqdm
 
-from multimodal.generation import generate
+from multimodal.images.generation import sample_high_res
 from multimodal.limits import MAX_OUTPUT_PIXELS
-from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.super_resolution import ConditionalImageTransformer, SuperResolutionRegressor
-from multimodal.tokenizers.image import tokens_to_pixels
-
-
-@torch.no_grad()
-def sample_images(
-    model: ImageTransformer,
-    num_images: int,
-    *,
-    labels: Tensor | None = None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    use_cache: bool = True,
-    batch_size: int = 64,
-    progress: bool = False,
-) -> Tensor:
-    """Draws images from an Image Transformer, one sub-pixel at a time; returns uint8 ``(n, c, h, w)``.
-
-    Args:
-        model: The trained model.
-        num_images: How many images.
-        labels: Class ids ``(num_images,)``; required by a class-conditional model.
-        temperature: Sampling temperature (0: most likely level at every step).
-        top_k: Keep only the ``k`` most likely levels.
-        top_p: Nucleus sampling.
-        generator: Random generator, for reproducible samples.
-        use_cache: KV-cached decoding (each step costs the local window); False re-runs the prefix.
-        batch_size: Images decoded together.
-        progress: Show a progress bar per batch (generation is slow: one step per sub-pixel).
-    """
-    config = model.config
-    if config.class_conditional and labels is None:
-        raise ValueError("this model is class-conditional: pass labels=(num_images,) class ids")
-    device = next(model.parameters()).device
-    images = []
-    for start in range(0, num_images, batch_size):
-        count = min(batch_size, num_images - start)
-        batch_labels = None if labels is None else labels[start : start + count].to(device)
-        prompt = torch.full((count, 1), model.bos_id, dtype=torch.long, device=device)
-        tokens = generate(
-            _Bound(model, batch_labels), prompt, config.seq_len, temperature=temperature, top_k=top_k,
-            top_p=top_p, generator=generator, use_cache=use_cache, progress=progress,
-        )  # fmt: skip
-        images.append(
-            tokens_to_pixels(tokens[:, 1:], config.height, config.width, config.channels, config.num_levels)
-        )
-    return torch.cat(images).cpu()
-
-
-@torch.no_grad()
-def sample_high_res(
-    model: ConditionalImageTransformer,
-    low_res: Tensor,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    use_cache: bool = True,
-    progress: bool = False,
-) -> Tensor:
-    """Samples high-resolution images ``(batch, c, h * scale, w * scale)`` in ``[0, 1]`` given ``low_res``.
-
-    Args:
-        model: The conditional Image Transformer.
-        low_res: ``(batch, channels, h, w)`` in ``[0, 1]``.
-        temperature: Sampling temperature; lower is sharper but less varied (0: greedy).
-        top_k: Keep only the ``k`` most likely levels.
-        top_p: Nucleus sampling.
-        generator: Random generator, for reproducible samples.
-        use_cache: KV-cached decoding; False re-runs the prefix at every step (reference).
-        progress: Show a progress bar.
-    """
-    config = model.config
-    was_training = model.training
-    model.eval()
-    condition = model.condition(low_res)
-    height, width = low_res.shape[-2] * config.scale, low_res.shape[-1] * config.scale
-    prompt = torch.full((low_res.shape[0], 1), model.bos_id, dtype=torch.long, device=low_res.device)
-    tokens = generate(
-        _Bound(model, condition, state_of_extra=True), prompt, height * width * config.channels, temperature=temperature,
-        top_k=top_k, top_p=top_p, generator=generator, use_cache=use_cache, progress=progress,
-    )  # fmt: skip
-    model.train(was_training)
-    pixels = tokens_to_pixels(tokens[:, 1:], height, width, config.channels, config.num_levels)
-    return pixels.float() / 255
 
 
 class ImageTooLarge(ValueError):
@@ -174,7 +82,8 @@ def upscale(
         max_output_pixels: Refuse (:class:`ImageTooLarge`, before any work) an output of more pixels;
             None: no limit. The output and its blending weights are float32 (16 bytes per RGB pixel,
             and as much again for the result).
-        **sampling: ``temperature``, ``top_k``, ``top_p``, ``generator`` for the autoregressive model.
+        **sampling: The autoregressive model's :func:`~multimodal.images.generation.sample_high_res` options
+            (``sampling``, a :class:`~multimodal.generation.config.SamplingConfig`, its fields, ``generator``).
     """
     if low_res.dim() != 3:
         raise ValueError(f"expected one image (channels, height, width), got shape {tuple(low_res.shape)}")
@@ -252,28 +161,3 @@ def blend_weights(starts: list[int], start: int, length: int, tile: int, scale: 
             if index < len(starts) - 1:
                 weight = weight * ((tile * scale - x - shared / 4) / (shared / 2)).clamp(0, 1)
     return weight
-
-
-class _Bound(nn.Module):
-    """Binds a model's extra inputs so :func:`~multimodal.generation.generate` can call ``model(tokens, state=...)``.
-
-    ``state_of_extra``: the model's ``new_state`` takes the extra input too (the conditional
-    decoder's grid width comes with its condition).
-    """
-
-    def __init__(self, model: nn.Module, extra, state_of_extra: bool = False) -> None:
-        super().__init__()
-        self.model = model
-        self.extra = extra
-        self.state_of_extra = state_of_extra
-
-    def forward(self, tokens: Tensor, state=None) -> Tensor:
-        return self.model(tokens, self.extra, state=state)
-
-    def new_state(self):
-        return self.model.new_state(self.extra) if self.state_of_extra else self.model.new_state()
-
-    @property
-    def config(self):
-        """The bound model's config: its ``max_seq_len`` bounds what one generation call may ask."""
-        return self.model.config

@@ -28,9 +28,10 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from multimodal.cache import give_default_mode
 from multimodal.class_paths import import_class
 from multimodal.convert.export import Export, export_from_state_dict
+from multimodal.convert.weight_shapes import check_config_fits, weight_shapes
+from multimodal.data.storage import give_default_mode
 from multimodal.layers.lora import LoRALinear, merge_lora
 from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, ViTConfig
 from multimodal.models.image_transformer import ImageTransformer
@@ -42,7 +43,6 @@ from multimodal.models.super_resolution import (
     SuperResolutionRegressor,
 )
 from multimodal.models.vit import ViT
-from multimodal.weight_shapes import check_config_fits, weight_shapes
 
 FORMAT = "multimodal-model"
 TOKENIZER_PACKAGES = ("multimodal.tokenizers",)
@@ -160,7 +160,7 @@ def check_fits(family: str, config: Any, shapes: dict[str, tuple[int, ...]], sou
     has exactly the tensors ``shapes`` (name -> shape) describes; checked before any model is allocated.
 
     Every path that builds a model from a file's config calls it (model folders, checkpoints of
-    :func:`load`); see :func:`multimodal.weight_shapes.check_config_fits` for how.
+    :func:`load`); see :func:`multimodal.convert.weight_shapes.check_config_fits` for how.
     """
     if family not in FAMILIES:
         raise ValueError(f"{source}: unknown model family {family!r}; known: {sorted(FAMILIES)}")

@@ -26,7 +26,7 @@ share of notes still sounding at the end of the excerpt (a model that forgets to
 leaves many; a real excerpt cut at the same point leaves only the chord sounding there).
 
 Everything works on note arrays ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` (see
-:func:`multimodal.tokenizers.midi.notes_from_midi`), so it serves any tokenizer.
+:func:`multimodal.tokenizers.midi_files.notes_from_midi`), so it serves any tokenizer.
 """
 
 from __future__ import annotations

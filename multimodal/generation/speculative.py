@@ -17,11 +17,12 @@ One sequence at a time (rows of a batch would accept different numbers of tokens
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from multimodal.generation import DecodingModel, check_max_new_tokens, check_sampling
+from multimodal.generation.config import DecodingModel, SamplingConfig, check_max_new_tokens
 
 
 @dataclass
@@ -46,13 +47,14 @@ class SpeculativeStats:
         return self.accepted / max(self.proposed, 1)
 
 
-def warped_probs(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> Tensor:
-    """The sampling distribution ``(..., vocab)`` of :func:`~multimodal.generation.sample_next` for ``logits``.
+def warped_probs(logits: Tensor, sampling: SamplingConfig | None = None, **options: Any) -> Tensor:
+    """The sampling distribution ``(..., vocab)`` of :func:`~multimodal.generation.sample.sample_next` for ``logits``.
 
-    Temperature, then top-k, then top-p (the top token always stays), as ``sample_next`` samples;
-    ``temperature=0`` gives the one-hot argmax.
+    Temperature, then top-k, then top-p (the top token always stays) of ``sampling`` (or
+    ``options``, its fields), as ``sample_next`` samples; ``temperature=0`` gives the one-hot argmax.
     """
-    check_sampling(temperature, top_k, top_p)
+    sampling = SamplingConfig.of(sampling, **options)
+    temperature, top_k, top_p = sampling.temperature, sampling.top_k, sampling.top_p
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.float32)
     logits = logits.float() / temperature
@@ -73,14 +75,13 @@ def speculative_generate(
     draft: DecodingModel,
     prompt: Tensor,
     max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
     *,
     num_draft: int = 4,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     stats: SpeculativeStats | None = None,
+    **options: Any,
 ) -> Tensor:
     """Continues ``prompt`` ``(1, prompt_len)`` with ``target``'s distribution, drafted by ``draft``; ``(1, prompt_len + new)``.
 
@@ -90,12 +91,19 @@ def speculative_generate(
         prompt: Token ids, one row.
         max_new_tokens: Tokens to add (fewer if ``eos_id`` comes first; EOS is kept).
         num_draft: Tokens the draft proposes per round.
-        temperature, top_k, top_p: Sampling, as :func:`~multimodal.generation.sample_next` (0: greedy).
+        sampling: Temperature, top-k and top-p, as :func:`~multimodal.generation.sample.sample_next`
+            (temperature 0: greedy); ``options`` are its fields as keywords. The logit rules
+            (repetition penalty, stop ids, ...) and beam search are not part of speculative decoding.
         eos_id: Stop after this id.
         generator: Random generator of every draw (reproducible runs).
         stats: Filled with the rounds, proposals and acceptances, if given.
     """
-    check_sampling(temperature, top_k, top_p)
+    sampling = SamplingConfig.of(sampling, **options)
+    unsupported = [name for name in sampling.sampling_options() if name not in ("temperature", "top_k", "top_p")]
+    if sampling.num_beams > 1 or unsupported:
+        raise ValueError(f"speculative decoding samples with temperature, top_k and top_p only; it does not take "
+                         f"{', '.join(unsupported or ['num_beams'])}")  # fmt: skip
+    temperature = sampling.temperature
     if prompt.dim() != 2 or prompt.shape[0] != 1 or prompt.shape[1] == 0:
         raise ValueError(f"speculative decoding takes one prompt (1, prompt_len >= 1), got {tuple(prompt.shape)}")
     if num_draft < 1 or max_new_tokens < 0:
@@ -127,14 +135,14 @@ def speculative_generate(
             proposals, draft_probs = [], []
             step_input = torch.tensor([draft_pending], device=device)
             for _ in range(k):
-                q = warped_probs(draft(step_input, state=draft_state)[0, -1], temperature, top_k, top_p)
+                q = warped_probs(draft(step_input, state=draft_state)[0, -1], sampling)
                 proposals.append(sample(q))
                 draft_probs.append(q)
                 step_input = torch.tensor([[proposals[-1]]], device=device)
             # The target scores them in one forward: p_0 .. p_k.
             start = target_state.position
             verify = torch.tensor([[tokens[-1], *proposals]], device=device)
-            target_probs = warped_probs(target(verify, state=target_state)[0], temperature, top_k, top_p)
+            target_probs = warped_probs(target(verify, state=target_state)[0], sampling)
             accepted = 0
             for i, token in enumerate(proposals):
                 p, q = target_probs[i, token], draft_probs[i][token]

@@ -2,86 +2,36 @@
 
 Any model with ``model(tokens, state=...) -> logits`` and ``model.new_state()`` works
 (:class:`~multimodal.models.CausalLM` for text and MIDI, the Image Transformers for pixels);
-:class:`DecodingModel` states the protocol.
+:class:`~multimodal.generation.config.DecodingModel` states the protocol. How each token is chosen is
+one :class:`~multimodal.generation.config.SamplingConfig`; every function here also takes its fields
+as keywords.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from multimodal.limits import MAX_NEW_TOKENS
-from multimodal.shaping import forbid, min_p_filter, no_repeat_ngram_mask, repetition_penalty
-
-
-@runtime_checkable
-class DecodingModel(Protocol):
-    """What cached decoding needs of a model: logits for new tokens, continuing a decoding state.
-
-    ``new_state()`` returns an empty state (a :class:`~multimodal.layers.DecodingState` for the
-    shared stacks); ``model(tokens, state=state)`` takes ids ``(batch, new)`` at the state's
-    position, returns logits ``(batch, new, vocab)`` and advances the state by ``new``. Implemented
-    by ``CausalLM``, ``ImageTransformer``, ``ConditionalImageTransformer`` (with its conditioning
-    bound) and the stacks themselves.
-    """
-
-    def new_state(self) -> Any: ...
-
-    def __call__(self, tokens: Tensor, *, state: Any = None) -> Tensor: ...
-
-
-def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    """Raises ``ValueError`` for sampling settings that mean nothing (checked before any work)."""
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
-    if top_k is not None and top_k < 0:
-        raise ValueError(f"top_k must be >= 1 (or 0 / None: every token), got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-
-
-def check_max_new_tokens(model: Any, max_new_tokens: int) -> None:
-    """Raises ``ValueError`` unless ``0 <= max_new_tokens <= `` the most one call may ask of ``model``.
-
-    The most is :data:`multimodal.limits.MAX_NEW_TOKENS`, or the model's ``config.max_seq_len`` when
-    that is larger (an Image Transformer samples a whole image); checked before the token buffer and
-    the cache are allocated, which grow with it.
-    """
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    limit = max(MAX_NEW_TOKENS, int(getattr(getattr(model, "config", None), "max_seq_len", 0) or 0))
-    if max_new_tokens > limit:
-        raise ValueError(f"max_new_tokens={max_new_tokens:,} is more than one call generates (at most {limit:,}, "
-                         f"multimodal.limits.MAX_NEW_TOKENS or the model's max_seq_len); ask for fewer")  # fmt: skip
+from multimodal.generation.beam import beam_search
+from multimodal.generation.config import DecodingModel, SamplingConfig, check_max_new_tokens
+from multimodal.generation.processors import forbid, min_p_filter, no_repeat_ngram_mask, repetition_penalty
 
 
 def sample_next(
-    logits: Tensor,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
-    generator: torch.Generator | None = None,
+    logits: Tensor, sampling: SamplingConfig | None = None, *, generator: torch.Generator | None = None, **options: Any
 ) -> Tensor:
     """Draws one token id per row from logits ``(batch, vocab)``; returns ``(batch,)``.
 
-    Args:
-        logits: Unnormalised scores of the next token.
-        temperature: Divides the logits; 0 means greedy (argmax).
-        top_k: Keep only the ``k`` most likely tokens (None or 0: all).
-        top_p: Keep the smallest set of tokens whose probability reaches ``p`` (nucleus sampling),
-            after ``top_k``.
-        min_p: Keep the tokens at least ``min_p`` times as likely as the most likely one, after
-            ``top_p`` (:func:`multimodal.shaping.min_p_filter`).
-        generator: Random generator, for reproducible samples.
+    Temperature (0: argmax), then ``top_k``, then ``top_p`` (nucleus), then ``min_p``
+    (:func:`multimodal.generation.processors.min_p_filter`) of ``sampling`` (or ``options``, its
+    fields); ``generator`` draws, for reproducible samples.
     """
-    check_sampling(temperature, top_k, top_p)
+    sampling = SamplingConfig.of(sampling, **options)
+    temperature, top_k, top_p, min_p = sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits.float() / temperature
@@ -100,59 +50,26 @@ def sample_next(
     return (choice if candidates is None else candidates.gather(-1, choice)).squeeze(-1)
 
 
-@dataclass(frozen=True)
-class Shaping:
-    """How the next-token logits are reshaped before sampling (:mod:`multimodal.shaping`).
-
-    Attributes:
-        stop_ids: Ids that end a row (besides ``eos_id``); the row then stops, padded with EOS.
-        min_new_tokens: No stop id or EOS before this many new tokens.
-        repetition_penalty: ``> 1`` discourages ids already in the sequence (CTRL's rule).
-        no_repeat_ngram_size: Forbids repeating any n-gram of this size (0: off).
-        min_p: Keeps the ids at least ``min_p`` times as likely as the best (None: off).
-    """
-
-    stop_ids: tuple[int, ...] = ()
-    min_new_tokens: int = 0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    min_p: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.min_new_tokens < 0:
-            raise ValueError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
-        if not self.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.no_repeat_ngram_size < 0:
-            raise ValueError(f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
-        if self.min_p is not None and not 0 <= self.min_p <= 1:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-
-
 def generate(
     model: DecodingModel,
     prompt: Tensor,
     max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
     *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     progress: bool = False,
-    shaping: Shaping | None = None,
     prompt_padding: Tensor | None = None,
-    num_beams: int = 1,
-    length_penalty: float = 1.0,
-    early_stopping: bool = False,
+    **options: Any,
 ) -> Tensor:
     """Continues ``prompt`` ``(batch, prompt_len)``; returns ``(batch, prompt_len + new)`` token ids.
 
-    With ``use_cache`` each step runs one token through the model against cached keys/values;
-    without it every step re-runs the whole sequence (kept as a reference and for benchmarks).
-    A row stops at ``eos_id`` or one of ``shaping.stop_ids``; stopped rows are padded with
-    ``eos_id`` (or their stop id) and decoding ends when every row has stopped. Decoding runs under
+    Tokens are chosen as ``sampling`` says (``options``: its fields, e.g. ``top_p=0.95``). With
+    ``use_cache`` each step runs one token through the model against cached keys/values; without it
+    every step re-runs the whole sequence (kept as a reference and for benchmarks). A row stops at
+    ``eos_id`` or one of ``sampling.stop_ids``; stopped rows are padded with ``eos_id`` (or their
+    stop id) and decoding ends when every row has stopped. Decoding runs under
     ``torch.inference_mode``; the returned ids are an ordinary tensor.
 
     ``prompt_padding`` ``(batch, prompt_len)`` bool marks padding on the *left* of shorter prompts
@@ -160,59 +77,47 @@ def generate(
     each row's own positions (``positions``, its first real token at 0), so every row decodes as it
     would alone. The model must take both keywords (``CausalLM`` does).
 
-    ``num_beams > 1`` runs :func:`~multimodal.beam_search.beam_search` (with ``length_penalty``,
-    ``early_stopping`` and ``eos_id``) and returns each prompt's best hypothesis, padded with
-    ``eos_id`` after it ends; sampling, shaping and padded prompts are not part of beam search.
+    ``sampling.num_beams > 1`` runs :func:`~multimodal.generation.beam.beam_search` (with
+    ``length_penalty``, ``early_stopping`` and ``eos_id``) and returns each prompt's best hypothesis,
+    padded with ``eos_id`` after it ends; padded prompts and uncached decoding are not part of it.
     """
-    if num_beams > 1:
-        given = {"temperature": temperature != 1.0, "top_k": top_k is not None, "top_p": top_p is not None,
-                 "shaping": shaping is not None, "prompt_padding": prompt_padding is not None,
-                 "use_cache": not use_cache}  # fmt: skip
-        return _beam(model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id,
-                     refused=[name for name, set_ in given.items() if set_])  # fmt: skip
-    if num_beams < 1:
-        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    sampling = SamplingConfig.of(sampling, **options)
+    if sampling.num_beams > 1:
+        refused = [name for name, given in (("prompt_padding", prompt_padding is not None), ("use_cache", not use_cache),
+                                            ("generator", generator is not None)) if given]  # fmt: skip
+        if refused:
+            raise ValueError(f"num_beams > 1 is deterministic beam search; it does not take {', '.join(refused)}")
+        sequences, _ = beam_search(model, prompt, max_new_tokens, sampling.num_beams, eos_id=eos_id,
+                                   length_penalty=sampling.length_penalty, early_stopping=sampling.early_stopping)  # fmt: skip
+        return sequences
     check_max_new_tokens(model, max_new_tokens)  # now: list() below sizes itself by the progress bar's total
-    steps = generate_stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                            eos_id=eos_id, generator=generator, use_cache=use_cache, shaping=shaping,
-                            prompt_padding=prompt_padding)  # fmt: skip
+    steps = generate_stream(model, prompt, max_new_tokens, sampling, eos_id=eos_id, generator=generator,
+                            use_cache=use_cache, prompt_padding=prompt_padding)  # fmt: skip
     new = list(tqdm(steps, total=max_new_tokens, disable=not progress, desc="generating", unit="tok"))
     return torch.cat([prompt, torch.stack(new, dim=1)], dim=1) if new else prompt.clone()
-
-
-def _beam(model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id, refused) -> Tensor:
-    """:func:`generate` with ``num_beams > 1``: the best beam per prompt; ``refused`` names options beam search lacks."""
-    from multimodal.beam_search import beam_search  # beam_search imports this module
-
-    if refused:
-        raise ValueError(f"num_beams > 1 is deterministic beam search; it does not take {', '.join(refused)}")
-    sequences, _ = beam_search(model, prompt, max_new_tokens, num_beams, eos_id=eos_id,
-                               length_penalty=length_penalty, early_stopping=early_stopping)  # fmt: skip
-    return sequences
 
 
 def generate_stream(
     model: DecodingModel,
     prompt: Tensor,
     max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
     *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
-    shaping: Shaping | None = None,
     prompt_padding: Tensor | None = None,
+    **options: Any,
 ) -> Iterator[Tensor]:
-    """:func:`generate` as an iterator: yields each new token ``(batch,)`` as soon as it is decoded."""
-    check_sampling(temperature, top_k, top_p)
+    """:func:`generate` as an iterator: yields each new token ``(batch,)`` as soon as it is decoded (sampling only)."""
+    sampling = SamplingConfig.of(sampling, **options)
+    if sampling.num_beams > 1:
+        raise ValueError("beam search decides its tokens at the end; it does not stream (use generate)")
     check_max_new_tokens(model, max_new_tokens)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt must be token ids (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}")
-    shaping = shaping or Shaping()
     pads = _left_padding(prompt_padding, prompt)  # (batch,) padding tokens before each prompt, or None
-    stops = tuple(dict.fromkeys([*([] if eos_id is None else [eos_id]), *shaping.stop_ids]))
+    stops = tuple(dict.fromkeys([*([] if eos_id is None else [eos_id]), *sampling.stop_ids]))
     was_training = model.training
     model.eval()
     try:
@@ -236,9 +141,8 @@ def generate_stream(
                 if not use_cache:
                     step_input, start = tokens[:, :length], 0
                 logits = model(step_input, state=state, **_padded(padding, pads, start, step_input.shape[1]))[:, -1]
-                logits = _shape(logits, tokens[:, :length], shaping, stops, step, pads)
-                next_token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p,
-                                         min_p=shaping.min_p, generator=generator)  # fmt: skip
+                logits = _shape(logits, tokens[:, :length], sampling, stops, step, pads)
+                next_token = sample_next(logits, sampling, generator=generator)
                 if stops:
                     next_token = torch.where(finished, ended_with, next_token)
                     stopped = torch.isin(next_token, stop_ids) & ~finished
@@ -256,13 +160,19 @@ def generate_stream(
 
 
 def generate_batch(
-    model: DecodingModel, prompts: list[Tensor | list[int]], max_new_tokens: int, **options: Any
+    model: DecodingModel,
+    prompts: list[Tensor | list[int]],
+    max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
+    *,
+    eos_id: int | None = None,
+    **options: Any,
 ) -> list[Tensor]:
     """Continues prompts of different lengths in one batch; returns each row's ids (prompt + new) ``(length,)``.
 
     The prompts are padded on the left and decoded together (:func:`generate` with
     ``prompt_padding``), each exactly as it would be alone. A row that stopped (EOS or a stop id)
-    ends at its stop token. ``options`` are those of :func:`generate`.
+    ends at its stop token. ``options`` are the other keywords of :func:`generate` and ``sampling``'s fields.
     """
     if not prompts:
         raise ValueError("no prompt to continue")
@@ -276,9 +186,11 @@ def generate_batch(
         padded[index, longest - len(row) :] = row
         padding[index, longest - len(row) :] = False
     device = next(iter(model.parameters()), torch.empty(0)).device if hasattr(model, "parameters") else None
-    out = generate(model, padded.to(device), max_new_tokens, prompt_padding=padding.to(device), **options)
-    shaping = options.get("shaping") or Shaping()
-    stops = {*([] if options.get("eos_id") is None else [options["eos_id"]]), *shaping.stop_ids}
+    sampling = SamplingConfig.of(sampling, **{key: value for key, value in options.items() if key in _FIELDS})
+    rest = {key: value for key, value in options.items() if key not in _FIELDS}
+    out = generate(model, padded.to(device), max_new_tokens, sampling, eos_id=eos_id, prompt_padding=padding.to(device),
+                   **rest)  # fmt: skip
+    stops = {*([] if eos_id is None else [eos_id]), *sampling.stop_ids}
     results = []
     for index, row in enumerate(rows):
         ids = out[index, longest - len(row) :]
@@ -286,6 +198,9 @@ def generate_batch(
         ended = next((position for position, token in enumerate(new) if token in stops), None)
         results.append(ids if ended is None else ids[: len(row) + ended + 1])
     return results
+
+
+_FIELDS = {field for field in SamplingConfig.__dataclass_fields__}
 
 
 def _left_padding(prompt_padding: Tensor | None, prompt: Tensor) -> Tensor | None:
@@ -310,9 +225,9 @@ def _padded(padding: Tensor | None, pads: Tensor | None, start: int, length: int
 
 
 def _shape(
-    logits: Tensor, tokens: Tensor, shaping: Shaping, stops: tuple[int, ...], step: int, pads: Tensor | None = None
+    logits: Tensor, tokens: Tensor, shaping: SamplingConfig, stops: tuple[int, ...], step: int, pads: Tensor | None = None
 ) -> Tensor:
-    """The rules of ``shaping`` applied to one step's logits ``(batch, vocab)`` (rows' padding left out)."""
+    """The logit rules of ``shaping`` (repetition, n-grams, minimum length) applied to one step's logits ``(batch, vocab)`` (rows' padding left out)."""
     if shaping.repetition_penalty != 1.0:
         seen = tokens if pads is None else _without_padding(tokens, pads)
         logits = repetition_penalty(logits.float(), seen, shaping.repetition_penalty)

@@ -1,0 +1,29 @@
+"""Images end to end without Lightning: sample pixels (:mod:`.generation`), upscale (:mod:`.super_resolution`),
+score super-resolution as the papers do (:mod:`.metrics`), read and write image files (:mod:`.files`)."""
+
+from __future__ import annotations
+
+from multimodal.images.files import (
+    image_to_tensor,
+    read_image,
+    sample_image_files,
+    save_image,
+    tensor_to_uint8,
+    upscaled_files,
+    write_image_samples,
+)
+from multimodal.images.generation import class_labels, sample_high_res, sample_images
+from multimodal.images.metrics import luma, psnr_y
+from multimodal.images.super_resolution import (
+    ImageTooLarge,
+    blend_weights,
+    check_output_size,
+    tile_starts,
+    upscale,
+)
+
+__all__ = [
+    "ImageTooLarge", "blend_weights", "check_output_size", "class_labels", "image_to_tensor", "luma", "psnr_y",
+    "read_image", "sample_high_res", "sample_image_files", "sample_images", "save_image", "tensor_to_uint8",
+    "tile_starts", "upscale", "upscaled_files", "write_image_samples",
+]  # fmt: skip

@@ -1,0 +1,161 @@
+"""Music continuation end to end: primer notes -> model -> MIDI, piano roll and audio files.
+
+No Lightning here: any causal model over :class:`~multimodal.tokenizers.midi.MidiTokenizer` ids
+works, in a notebook or a training callback alike. Output files are named here, once
+(``sample_{i}`` or a primer's name, with ``.mid``, ``.png``, ``.wav``, ``_spectrogram.png``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from multimodal.audio.synthesis import SINE, check_soundfont, midi_to_waveform, spectrogram_png, write_wav
+from multimodal.data.storage import claim_paths
+from multimodal.generation.beam import beam_search
+from multimodal.generation.config import SamplingConfig
+from multimodal.generation.sample import generate, generate_batch
+from multimodal.tokenizers.midi import MidiTokenizer
+from multimodal.viz import piano_roll_png
+
+
+def primer_ids(notes: np.ndarray, tokenizer: MidiTokenizer, seconds: float) -> list[int]:
+    """``[BOS]`` + events of the first ``seconds`` of a piece; notes still sounding are cut there.
+
+    Args:
+        notes: ``(num_notes, 4)`` array of ``[pitch, start_s, end_s, velocity]``.
+        tokenizer: The model's tokenizer.
+        seconds: Length of the primer.
+    """
+    kept = notes[notes[:, 1] < seconds].copy()
+    kept[:, 2] = np.minimum(kept[:, 2], seconds)
+    return [tokenizer.bos_id, *tokenizer.encode_notes(kept)]
+
+
+def continue_music(
+    model: nn.Module,
+    tokenizer: MidiTokenizer,
+    primer: list[int],
+    out_dir: str | Path,
+    sampling: SamplingConfig | None = None,
+    *,
+    num_samples: int = 1,
+    max_new_tokens: int = 512,
+    seed: int | None = None,
+    progress: bool = False,
+    audio: bool = True,
+    sample_rate: int = 16000,
+    soundfont: str | Path | None = None,
+    overwrite: bool = True,
+    **options: Any,
+) -> list[Path]:
+    """Samples continuations of ``primer`` and writes ``sample_{i}.mid``, ``.png`` (and ``.wav``).
+
+    Tokens are chosen as ``sampling`` says (``options``: its fields as keywords). With
+    ``overwrite=False`` nothing is written when any of the files (:func:`sample_files`) exists.
+
+    The piano roll draws the primer in blue and the continuation in orange. The WAV is rendered
+    with ``soundfont`` (:func:`~multimodal.audio.synthesis.midi_to_waveform`; ``None``: the default; a
+    named file is checked before generating). Generation uses the model's KV cache. With
+    ``sampling.num_beams > 1`` the continuations are the ``num_samples`` best hypotheses of a beam search
+    (:func:`multimodal.generation.beam.beam_search`) instead of samples. Returns the MIDI paths.
+    """
+    sampling = SamplingConfig.of(sampling, **options)
+    if audio and soundfont is not None and str(soundfont).lower() != SINE:
+        check_soundfont(soundfont)  # a wrong file fails now, not after generating
+    out_dir = Path(out_dir)
+    names = [f"sample_{index}" for index in range(num_samples)]
+    claim_paths([path for name in names for path in sample_files(out_dir, name)], overwrite)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    if sampling.num_beams > 1:
+        if seed is not None:
+            raise ValueError("num_beams > 1 is deterministic beam search; it does not take seed")
+        if num_samples > sampling.num_beams:
+            raise ValueError(f"num_samples={num_samples} needs at least as many beams, got num_beams={sampling.num_beams}")
+        tokens, _ = beam_search(model, torch.tensor([primer], device=device), max_new_tokens, sampling.num_beams,
+                                eos_id=tokenizer.eos_id, num_return_sequences=num_samples,
+                                length_penalty=sampling.length_penalty, early_stopping=sampling.early_stopping)  # fmt: skip
+    else:
+        generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+        prompt = torch.tensor([primer] * num_samples, device=device)
+        tokens = generate(model, prompt, max_new_tokens, sampling, eos_id=tokenizer.eos_id, generator=generator,
+                          progress=progress)  # fmt: skip
+    return [_write_sample(tokenizer, row, primer, out_dir / f"{name}.mid", name.replace("_", " "), audio,
+                          sample_rate, soundfont) for name, row in zip(names, tokens.tolist(), strict=True)]  # fmt: skip
+
+
+SAMPLE_SUFFIXES = (".mid", ".png", ".wav", "_spectrogram.png")
+"""The files one continuation named ``NAME`` may write: ``NAME.mid``, its piano roll, its audio and spectrogram."""
+
+
+def sample_files(out_dir: str | Path, name: str) -> list[Path]:
+    """Every file a continuation named ``name`` may write in ``out_dir`` (the one place output names are made)."""
+    return [Path(out_dir) / f"{name}{suffix}" for suffix in SAMPLE_SUFFIXES]
+
+
+def continue_primers(
+    model: nn.Module,
+    tokenizer: MidiTokenizer,
+    primers: dict[str, list[int]],
+    out_dir: str | Path,
+    sampling: SamplingConfig | None = None,
+    *,
+    batch_size: int = 8,
+    max_new_tokens: int = 512,
+    seed: int | None = None,
+    audio: bool = True,
+    sample_rate: int = 16000,
+    soundfont: str | Path | None = None,
+    overwrite: bool = True,
+    **options: Any,
+) -> list[Path]:
+    """Continues many primers, ``batch_size`` at a time, into ``<name>.mid``, ``.png`` (and ``.wav``).
+
+    Primers of different lengths share a batch (padded on the left,
+    :func:`~multimodal.generation.generate_batch`); each continues as it would alone. ``primers``
+    maps an output name to its event ids. Returns the MIDI paths, in the order of ``primers``.
+    Sampling only (``sampling``, or its fields as keywords); ``overwrite`` as :func:`continue_music`.
+    """
+    sampling = SamplingConfig.of(sampling, **options)
+    if sampling.num_beams > 1:
+        raise ValueError("continue_primers samples; continue one primer with continue_music for beam search")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if audio and soundfont is not None and str(soundfont).lower() != SINE:
+        check_soundfont(soundfont)  # a wrong file fails now, not after generating
+    out_dir = Path(out_dir)
+    claim_paths([path for name in primers for path in sample_files(out_dir, name)], overwrite)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    names, written = list(primers), []
+    for start in range(0, len(names), batch_size):
+        chunk = names[start : start + batch_size]
+        rows = generate_batch(model, [primers[name] for name in chunk], max_new_tokens, sampling,
+                              eos_id=tokenizer.eos_id, generator=generator)  # fmt: skip
+        for name, row in zip(chunk, rows, strict=True):
+            written.append(_write_sample(tokenizer, row.tolist(), primers[name], out_dir / f"{name}.mid", name,
+                                         audio, sample_rate, soundfont))  # fmt: skip
+    return written
+
+
+def _write_sample(
+    tokenizer: MidiTokenizer, ids: list[int], primer: list[int], path: Path, title: str, audio: bool, sample_rate: int,
+    soundfont: str | Path | None = None,
+) -> Path:
+    """Writes one continuation as MIDI, its piano roll (primer blue, continuation orange) and, with ``audio``, WAV."""
+    midi = tokenizer.decode(ids)
+    midi.write(str(path))
+    piano_roll_png(midi, path.with_suffix(".png"), primer_end_seconds=tokenizer.decode(primer).get_end_time(),
+                   title=f"{title}: primer (blue) and continuation (orange)")  # fmt: skip
+    if audio:
+        waveform = midi_to_waveform(midi, sample_rate, soundfont)
+        write_wav(path.with_suffix(".wav"), waveform, sample_rate)
+        if waveform.numel() > 2048:  # a spectrogram needs at least one FFT window
+            spectrogram_png(waveform, sample_rate, sample_files(path.parent, path.stem)[3])
+    return path

@@ -1,0 +1,60 @@
+"""Scoring MIDI with a model: nats per event, per note and per second of music, windowed as validation does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from multimodal.data.music import MidiCorpus, MidiPieceWindows
+from multimodal.tokenizers.midi import MidiTokenizer
+
+
+@dataclass
+class MusicScore:
+    """Summed negative log-likelihood of some music and the units it is divided by."""
+
+    nll: float  # nats
+    events: int  # scored tokens (every event of each piece and its EOS)
+    notes: int  # notes of the pieces, before tokenization
+    seconds: float  # summed lengths of the pieces
+
+    @property
+    def per_event(self) -> float:
+        """Nats per event (comparable only between models of one vocabulary)."""
+        return self.nll / max(self.events, 1)
+
+    @property
+    def per_note(self) -> float:
+        """Nats per note: comparable across vocabularies."""
+        return self.nll / max(self.notes, 1)
+
+    @property
+    def per_second(self) -> float:
+        """Nats per second of music: comparable across vocabularies."""
+        return self.nll / max(self.seconds, 1e-9)
+
+    def __add__(self, other: MusicScore) -> MusicScore:
+        return MusicScore(self.nll + other.nll, self.events + other.events, self.notes + other.notes,
+                          self.seconds + other.seconds)  # fmt: skip
+
+
+@torch.inference_mode()
+def score_music(model: nn.Module, tokenizer: MidiTokenizer, notes: np.ndarray, seq_len: int, batch_size: int = 8) -> MusicScore:
+    """Scores one piece ``(num_notes, 4)`` as validation does: ``[BOS] + events + [EOS]`` in windows of
+    ``seq_len`` that predict every token once (:class:`~multimodal.data.music.MidiPieceWindows`)."""
+    if seq_len < 1 or batch_size < 1:
+        raise ValueError(f"seq_len and batch_size must be >= 1, got seq_len={seq_len}, batch_size={batch_size}")
+    windows = MidiPieceWindows(MidiCorpus(["piece"], [notes]), tokenizer, seq_len)
+    device = next(model.parameters()).device
+    nll = 0.0
+    was_training = model.training
+    model.eval()
+    for start in range(0, len(windows), batch_size):
+        batch = torch.stack([windows[i] for i in range(start, min(start + batch_size, len(windows)))]).to(device)
+        targets = batch[:, 1:].masked_fill(batch[:, 1:] == tokenizer.pad_id, -100)
+        nll += float(model.loss(batch[:, :-1], targets, ignore_index=-100, reduction="sum"))
+    model.train(was_training)
+    return MusicScore(nll, windows.num_targets, windows.num_notes, windows.seconds)
