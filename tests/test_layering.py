@@ -39,7 +39,9 @@ def test_the_layering_check_sees_a_violation(tmp_path):
     assert "pytorch_lightning" in _imports(bad)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["data", "--help"], ["convert", "--help"], ["generate", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["data", "--help"], ["convert", "--help"], ["export", "--help"], ["generate", "--help"]]
+)
 def test_help_answers_without_importing_torch_or_lightning(argv):
     code = (
         "import sys\nfrom tasks.cli import main\n"

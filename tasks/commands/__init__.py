@@ -57,7 +57,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "export": Command(
         "a trained checkpoint -> a model folder (multimodal.load): multimodal export --checkpoint CKPT --out DIR",
-        "tasks.commands.convert:export_command",
+        "tasks.commands.export:export_command",
     ),
     "serve": Command(
         "a local web page to play with a model: multimodal serve --checkpoint CKPT_OR_FOLDER [--port N]",

@@ -75,33 +75,6 @@ def convert_command(argv: list[str]) -> None:
     _print_summary(out)
 
 
-def export_command(argv: list[str]) -> None:
-    """``multimodal export``: writes a task checkpoint's model as a model folder.
-
-    config.json (model family and config, task, data settings), model.safetensors (every weight;
-    LoRA adapters merged), tokenizer.json and a README.md saying what the model is. The folder
-    loads with ``multimodal.load(DIR)`` (no Lightning), works as ``--checkpoint`` of every command
-    and as ``finetune.init_from``.
-    """
-    parser = argparse.ArgumentParser(prog="multimodal export", description=export_command.__doc__)
-    parser.add_argument("--checkpoint", type=Path, required=True,
-                        help="a .ckpt written by `multimodal fit`, or a run's folder (its best checkpoint)")  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--overwrite", action="store_true", help="replace an export already there")
-    args = parser.parse_args(argv)
-    if not args.checkpoint.exists():
-        parser.error(f"checkpoint not found: {args.checkpoint}")
-    from multimodal.data.storage import claim_paths
-
-    files = ["config.json", "model.safetensors", "tokenizer.json", "README.md", "training_config.yaml"]
-    claim_paths([args.out / name for name in files], args.overwrite)
-    from tasks.export import export_model_folder
-
-    out = export_model_folder(args.checkpoint, args.out)
-    print(f"wrote {out}: {(out / 'README.md').read_text(encoding='utf-8').splitlines()[0].lstrip('# ')}; "
-          f"load it with multimodal.load({str(out)!r}), or give it as --checkpoint, or finetune.init_from")  # fmt: skip
-
-
 def _print_summary(out: Path) -> None:
     meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
     counts = ", ".join(f"{len(names)} {part} tensors" for part, names in meta["parts"].items())

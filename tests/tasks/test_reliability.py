@@ -177,7 +177,7 @@ def test_a_checkpoint_may_name_only_a_registered_task_class(runs, tmp_path, caps
     # Functions under tasks.: the CLI's entry point told to export over the victim folder, and the export itself.
     for task, hyper_parameters in [
         ("tasks.cli.main", {"argv": ["export", "--checkpoint", str(runs["music"]), "--out", str(victim), "--overwrite"]}),
-        ("tasks.export.export_model_folder", {"checkpoint": str(runs["music"]), "out": str(victim)}),
+        ("tasks.commands.export.export_model_folder", {"checkpoint": str(runs["music"]), "out": str(victim)}),
         ("tasks.base.Task", checkpoint["hyper_parameters"]),  # the base class is no registered task either
     ]:
         planted = {**checkpoint, "multimodal": {**checkpoint["multimodal"], "task": task}, "hyper_parameters": hyper_parameters}

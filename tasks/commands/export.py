@@ -1,4 +1,4 @@
-"""A training checkpoint written out as a model folder (:mod:`multimodal.convert.folder`) with a README.
+"""``multimodal export``: a training checkpoint written out as a model folder (:mod:`multimodal.convert.folder`) with a README.
 
 The README says what the model is and how it came to be, from what the checkpoint and its run
 folder record: the task, the data settings, the monitored validation score, the parameter count,
@@ -7,18 +7,45 @@ the config the run was started with (copied beside it as ``training_config.yaml`
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
 
-from multimodal.convert.folder import save_model_folder
-from tasks.checkpoint import load_task, read_checkpoint
 from tasks.runs import RUNS, resolve_checkpoint, run_of
+
+
+def export_command(argv: list[str]) -> None:
+    """``multimodal export``: writes a task checkpoint's model as a model folder.
+
+    config.json (model family and config, task, data settings), model.safetensors (every weight;
+    LoRA adapters merged), tokenizer.json and a README.md saying what the model is. The folder
+    loads with ``multimodal.load(DIR)`` (no Lightning), works as ``--checkpoint`` of every command
+    and as ``finetune.init_from``.
+    """
+    parser = argparse.ArgumentParser(prog="multimodal export", description=export_command.__doc__)
+    parser.add_argument("--checkpoint", type=Path, required=True,
+                        help="a .ckpt written by `multimodal fit`, or a run's folder (its best checkpoint)")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace an export already there")
+    args = parser.parse_args(argv)
+    if not args.checkpoint.exists():
+        parser.error(f"checkpoint not found: {args.checkpoint}")
+    from multimodal.data.storage import claim_paths
+
+    files = ["config.json", "model.safetensors", "tokenizer.json", "README.md", "training_config.yaml"]
+    claim_paths([args.out / name for name in files], args.overwrite)
+    out = export_model_folder(args.checkpoint, args.out)
+    print(f"wrote {out}: {(out / 'README.md').read_text(encoding='utf-8').splitlines()[0].lstrip('# ')}; "
+          f"load it with multimodal.load({str(out)!r}), or give it as --checkpoint, or finetune.init_from")  # fmt: skip
 
 
 def export_model_folder(checkpoint: str | Path, out: str | Path) -> Path:
     """Writes ``out/`` (config.json, model.safetensors, tokenizer.json, README.md) for a task checkpoint or run folder."""
+    from multimodal.convert.folder import save_model_folder  # torch: not for `multimodal export --help`
+    from tasks.checkpoint import load_task, read_checkpoint
+
     path = resolve_checkpoint(checkpoint)
     saved = read_checkpoint(path)
     task, tokenizer, data = load_task(path)
