@@ -21,6 +21,7 @@ from multimodal.images import (
     upscale,
     upscaled_files,
 )
+from multimodal.images.files import read_image
 from multimodal.limits import MAX_OUTPUT_PIXELS
 from multimodal.models.super_resolution import bicubic_upsample
 from multimodal.viz import image_grid, side_by_side_png
@@ -31,22 +32,15 @@ SAMPLES = (1, 64)  # the same for the number of samples: a request cannot ask fo
 
 
 def _open(path: str, check_size: Callable[[int, int], None] | None = None) -> Image.Image:
-    """An uploaded image, decoded; a file that is not one is a ``ValueError`` saying so.
-
-    ``check_size(width, height)`` runs on the size in the file's header, before the pixels are decoded.
-    """
+    """An uploaded image, decoded (:func:`multimodal.images.files.read_image`); a file that is not one is
+    a ``ValueError`` naming the upload by its name only (not the server's temporary path)."""
     try:
-        image = Image.open(path)
-    except Exception as error:  # PIL: UnidentifiedImageError, ...
-        raise ValueError(f"{Path(path).name} is not a readable image ({type(error).__name__})") from error
-    with image:
-        if check_size is not None:
-            check_size(*image.size)
-        try:
-            image.load()
-            return image.copy()
-        except Exception as error:  # truncated data (OSError), ...
-            raise ValueError(f"{Path(path).name} is not a readable image ({type(error).__name__})") from error
+        return read_image(Path(path), check_size)
+    except (ValueError, OSError) as error:
+        if isinstance(error, ValueError) and error.__cause__ is None:
+            raise  # check_size's own message (too large to upscale here)
+        kind = type(error.__cause__ or error).__name__
+        raise ValueError(f"{Path(path).name} is not a readable image ({kind})") from error
 
 
 class GenerationSession:

@@ -66,7 +66,9 @@ def test_image_pages_and_their_bad_uploads(checkpoints, tmp_path):
     session = SuperResolutionSession(task)
     compared, upscaled, message = session.upscale(str(photo))
     assert Image.open(upscaled).size == (16 * task.config.scale, 12 * task.config.scale) and Path(compared).is_file()
-    assert session.upscale(_broken(tmp_path, ".png"))[2].startswith("Could not read the upload")
+    message = session.upscale(_broken(tmp_path, ".png"))[2]
+    assert message.startswith("Could not read the upload") and "is not a readable image" in message
+    assert str(tmp_path) not in message  # the upload's name, not the server's path to it
 
     task, _, data = load_task(checkpoints["vit"])
     digit = tmp_path / "digit.png"
