@@ -12,6 +12,7 @@ A task takes one ``finetune`` argument (:class:`FineTuneConfig`) and mixes in
           unfreeze: []
           lora: {rank: 8, alpha: 16, projections: [q, v]}
           pretrained_lr_scale: 0.1
+          layer_decay: 0.75                   # block i of L at lr * 0.75 ** (L - i); off: null
 
 Order of events: the model is built, ``freeze`` then ``unfreeze`` patterns are applied, LoRA
 adapters are added (their base weights frozen) — all in ``__init__``, so a checkpoint rebuilds the
@@ -61,6 +62,10 @@ class FineTuneConfig:
         lora: LoRA adapters on the attention projections; None for none.
         pretrained_lr_scale: Learning-rate factor of the parameters loaded from ``init_from``
             (new parameters and LoRA adapters keep the optimizer's rate).
+        layer_decay: Layer-wise learning-rate decay (BEiT / timm's ``param_groups_layer_decay``):
+            with ``L`` blocks, block ``i`` (0-based) trains at ``lr * layer_decay ** (L - i)``, the
+            embeddings at ``lr * layer_decay ** (L + 1)``, the final norm as the last block, the head at ``lr``;
+            multiplied with ``pretrained_lr_scale``. None (default): off. Typical: 0.65 - 0.75.
     """
 
     init_from: str | None = None
@@ -71,12 +76,17 @@ class FineTuneConfig:
     unfreeze: list[str] = field(default_factory=list)
     lora: LoRAConfig | None = None
     pretrained_lr_scale: float = 1.0
+    layer_decay: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):
             self.lora = LoRAConfig(**self.lora)
         if self.pretrained_lr_scale < 0:
             raise ValueError(f"pretrained_lr_scale must be >= 0, got {self.pretrained_lr_scale}")
+        if self.layer_decay is not None and not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError(
+                f"layer_decay must lie in (0, 1] (e.g. 0.75), or be null; got {self.layer_decay}"
+            )
 
     @classmethod
     def parse(cls, value: FineTuneConfig | dict[str, Any] | None) -> FineTuneConfig | None:
@@ -146,7 +156,8 @@ class FineTuningMixin:
             no_decay: Names trained without weight decay; None: tensors of fewer than 2 dimensions.
         """
         scale = self.finetune.pretrained_lr_scale if self.finetune is not None else 1.0
-        groups = parameter_groups(self.model, self._pretrained_names, scale, no_decay)
+        layer_decay = self.finetune.layer_decay if self.finetune is not None else None
+        groups = parameter_groups(self.model, self._pretrained_names, scale, no_decay, layer_decay)
         if not groups:
             raise ValueError(
                 "every parameter is frozen: unfreeze some (finetune.unfreeze) or add LoRA adapters"

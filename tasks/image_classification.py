@@ -20,13 +20,14 @@ from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+from torchvision.transforms import v2
 
 from multimodal.models import ViT, ViTConfig
 from tasks.base import Task, task_arguments
 from tasks.finetune import FineTuneConfig
 from tasks.outputs import log_folder, show_image
 
-__all__ = ["ImageClassification", "PredictionCSV", "vit_adamw"]
+__all__ = ["ImageClassification", "PredictionCSV", "batch_mixing", "vit_adamw"]
 
 
 def vit_adamw(params) -> torch.optim.Optimizer:
@@ -53,7 +54,15 @@ class ImageClassification(Task):
             and position parameters.
         warmup_steps: Linear learning-rate warm-up.
         min_lr_ratio: Final learning rate as a fraction of the peak.
-        label_smoothing: Cross-entropy label smoothing (0 turns it off).
+        label_smoothing: Cross-entropy label smoothing (0 turns it off). With MixUp / CutMix it
+            smooths the mixed soft targets, ``(1 - e) * mixed + e / classes``: the same as timm's
+            ``Mixup(label_smoothing=e)`` with ``SoftTargetCrossEntropy`` (smoothing is linear).
+        mixup_alpha: MixUp (Zhang et al. 2018) on every training batch: images and one-hot labels
+            mixed with a partner in the batch, ``lambda ~ Beta(alpha, alpha)``; the loss is
+            cross-entropy on the soft targets. 0 (default): off. DeiT: 0.8.
+        cutmix_alpha: CutMix (Yun et al. 2019): a box of the partner image pasted in, labels
+            mixed by its area. 0 (default): off. DeiT: 1.0. With both on, each batch takes one of
+            the two at random (timm's ``switch_prob`` 0.5). Validation and test never mix.
         class_names: Names of the classes (linked from the data), used in the CSV and the plots.
         confusion_matrix_every_n_epochs: Write the validation confusion matrix after every n-th
             validation epoch and the last one (rendering takes about 0.3 s; 0: only after the last).
@@ -77,6 +86,8 @@ class ImageClassification(Task):
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.0,
         label_smoothing: float = 0.0,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
         class_names: list[str] | None = None,
         confusion_matrix_every_n_epochs: int = 1,
         finetune: FineTuneConfig | None = None,
@@ -91,6 +102,7 @@ class ImageClassification(Task):
         self.class_names = list(class_names) if class_names else [str(i) for i in range(config.num_classes)]
         self.confusion_every = confusion_matrix_every_n_epochs
         classes = config.num_classes
+        self._batch_mix = batch_mixing(mixup_alpha, cutmix_alpha, classes)
         self.metrics = torch.nn.ModuleDict({
             f"{stage}_{name}": MulticlassAccuracy(classes, top_k=k, average="micro")
             for stage in ("val", "test") for name, k in (("acc", 1), ("top5", min(5, classes)))
@@ -107,8 +119,12 @@ class ImageClassification(Task):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         images, labels = batch
+        targets = labels
+        if self._batch_mix is not None:  # soft targets (batch, classes); accuracy against the larger share
+            images, targets = self._batch_mix(images, labels)
+            labels = targets.argmax(-1)
         logits = self.model(images)
-        loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
+        loss = F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
         self.log("train_loss", loss, prog_bar=True)
         self.log("train_acc", (logits.argmax(-1) == labels).float().mean(), on_step=False, on_epoch=True, sync_dist=True)
         return loss
@@ -167,6 +183,23 @@ class ImageClassification(Task):
     def no_weight_decay(self) -> set[str]:
         """Biases, norms, the class token and position parameters train without weight decay."""
         return self.model.no_weight_decay()
+
+
+def batch_mixing(mixup_alpha: float, cutmix_alpha: float, num_classes: int) -> v2.Transform | None:
+    """``v2.MixUp``, ``v2.CutMix``, a 50/50 ``RandomChoice`` of both, or None when both alphas are 0.
+
+    The transform takes ``(images, labels)`` (labels ``int64``) and returns ``(images, targets)``
+    with ``targets`` float ``(batch, num_classes)`` rows summing to 1. It draws from torch's global
+    generator, which a checkpoint saves, so resumed runs mix the same way.
+    """
+    for name, alpha in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
+        if alpha < 0:
+            raise ValueError(f"{name}={alpha} must be >= 0 (0 turns it off)")
+    mixers = [mixer(alpha=alpha, num_classes=num_classes)
+              for mixer, alpha in ((v2.MixUp, mixup_alpha), (v2.CutMix, cutmix_alpha)) if alpha > 0]  # fmt: skip
+    if not mixers:
+        return None
+    return mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)
 
 
 class PredictionCSV(BasePredictionWriter):

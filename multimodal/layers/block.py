@@ -7,6 +7,7 @@ from torch import Tensor, nn
 from multimodal.layers.attention import MultiHeadAttention
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.config import TransformerConfig
+from multimodal.layers.drop_path import DropPath
 from multimodal.layers.local import LocalAttention
 from multimodal.layers.positions.build import attention_position
 
@@ -66,9 +67,13 @@ class TransformerBlock(nn.Module):
             and ``config.activation`` the Llama block (``rmsnorm``, ``swiglu``, ``bias=False``).
         causal: Mask future positions in self-attention.
         local: The stack's local pattern, shared by its blocks; None for full attention.
+        drop_path: Stochastic-depth rate of this block (:class:`~multimodal.layers.drop_path.DropPath`
+            on every residual branch, training only); the stack sets it from ``config.drop_path``.
     """
 
-    def __init__(self, config: TransformerConfig, causal: bool, local: LocalAttention | None = None) -> None:
+    def __init__(
+        self, config: TransformerConfig, causal: bool, local: LocalAttention | None = None, drop_path: float = 0.0
+    ) -> None:
         super().__init__()
         self.norm_attention = norm_layer(config)
         self.attention = MultiHeadAttention(
@@ -86,6 +91,7 @@ class TransformerBlock(nn.Module):
         self.norm_ff = norm_layer(config)
         self.ff = FeedForward(config.dim, config.ff_dim, config.activation, config.dropout, config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(
         self,
@@ -121,12 +127,13 @@ class TransformerBlock(nn.Module):
             self.norm_attention(x), key_padding_mask=key_padding_mask, cache=cache, query_offset=offset,
             num_queries=num_queries, grid_width=grid_width, positions=positions,
         )  # fmt: skip
-        x = x[:, :num_queries] + self.dropout(attended)
+        x = x[:, :num_queries] + self.drop_path(self.dropout(attended))
         if self.cross_attention is not None:
             kv = context
             if state is not None:
                 if state.cross[layer] is None:
                     state.cross[layer] = self.cross_attention.project_context(context)
                 kv = state.cross[layer]
-            x = x + self.dropout(self.cross_attention(self.norm_cross(x), kv, key_padding_mask=context_padding_mask))
-        return x + self.ff(self.norm_ff(x))
+            crossed = self.cross_attention(self.norm_cross(x), kv, key_padding_mask=context_padding_mask)
+            x = x + self.drop_path(self.dropout(crossed))
+        return x + self.drop_path(self.ff(self.norm_ff(x)))

@@ -68,6 +68,10 @@ class TransformerConfig:
         ff_dim: Hidden width of the feed-forward network; ``None`` means ``4 * dim``.
         dropout: Dropout after attention, in the feed-forward network and on the input embeddings.
         attention_dropout: Dropout on the attention probabilities.
+        drop_path: Stochastic depth (:mod:`multimodal.layers.drop_path`): the largest rate, given to
+            the last block; block ``i`` of ``L`` drops each sample's residual branches (attention,
+            cross-attention, feed-forward) with probability ``drop_path * i / (L - 1)`` in
+            training, as DeiT/timm. 0 (default) turns it off; evaluation is never affected.
         position: How attention knows where tokens are (:mod:`multimodal.layers.positions`;
             costs and extrapolation in ``docs/attention.md``). ``"none"``; ``"sinusoidal"`` or
             ``"learned"`` absolute embeddings added to the input; ``"relative"`` learned per-distance
@@ -124,6 +128,7 @@ class TransformerConfig:
     ff_dim: int | None = None
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    drop_path: float = 0.0
     position: PositionScheme = "relative"
     max_seq_len: int = 2048
     max_relative_distance: int | None = None
@@ -159,6 +164,8 @@ class TransformerConfig:
                 f"dim={self.dim} is not divisible by num_heads={self.num_heads}; "
                 f"pick num_heads among the divisors of dim"
             )
+        if not 0.0 <= self.drop_path < 1.0:
+            raise ValueError(f"drop_path={self.drop_path} must lie in [0, 1) (0: no stochastic depth)")
         if self.ff_dim is None:
             self.ff_dim = 4 * self.dim
         if self.num_kv_heads is not None and (self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads):

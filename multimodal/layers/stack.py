@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from multimodal.layers.block import TransformerBlock, norm_layer
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.config import TransformerConfig
+from multimodal.layers.drop_path import drop_path_rates
 from multimodal.layers.local import LocalAttention
 from multimodal.layers.positions.build import input_positions
 
@@ -31,7 +32,10 @@ class TransformerStack(nn.Module):
         self.positions = input_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         self.local = LocalAttention.from_config(config, causal)
-        self.blocks = nn.ModuleList(TransformerBlock(config, causal, self.local) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(
+            TransformerBlock(config, causal, self.local, drop_path=rate)
+            for rate in drop_path_rates(config.drop_path, config.num_layers)
+        )
         self.norm = norm_layer(config)
         self._compiled_blocks: list[nn.Module] | None = None  # a plain list: not submodules
 

@@ -1,4 +1,4 @@
-"""Fine-tuning helpers: freeze by name pattern, count parameters, split learning rates.
+"""Fine-tuning helpers: freeze by name pattern, count parameters, split learning rates (layer-wise decay).
 
 Patterns name parameters (``model.named_parameters()``) in one of three ways:
 
@@ -124,8 +124,9 @@ def parameter_groups(
     pretrained: Iterable[str] = (),
     pretrained_lr_scale: float = 1.0,
     no_decay: Iterable[str] | None = None,
+    layer_decay: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Optimizer groups of the trainable parameters: weight decay x pretrained/new.
+    """Optimizer groups of the trainable parameters: weight decay x learning-rate scale.
 
     Weight decay applies to matrices and embedding tables (``dim() >= 2``), none to biases, norms
     and 1-D tables, unless ``no_decay`` names the parameters to spare (e.g. a ViT's
@@ -138,28 +139,65 @@ def parameter_groups(
         pretrained: Names (``named_parameters``) loaded from pretrained weights.
         pretrained_lr_scale: Learning-rate factor of the pretrained parameters.
         no_decay: Names trained without weight decay; None: every tensor of fewer than 2 dimensions.
+        layer_decay: Layer-wise learning-rate decay (BEiT; timm's ``param_groups_layer_decay``):
+            with ``L`` blocks, block ``i`` (0-based) trains at ``layer_decay ** (L - i)`` times the
+            rate, the embeddings (patch/token embeddings, class token, positions) at
+            ``layer_decay ** (L + 1)``, the final norm with the last block (as timm), the head at 1;
+            multiplied with
+            ``pretrained_lr_scale``. None: off. Needs a model with one Transformer stack.
     """
     pretrained = set(pretrained)
     spared = None if no_decay is None else set(no_decay)
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    layer_scales = {} if layer_decay is None else layer_decay_scales(model, layer_decay)
+    groups: dict[tuple[bool, float], list[nn.Parameter]] = {}
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
             decay = parameter.dim() >= 2 if spared is None else name not in spared
-            key = (decay, name in pretrained)
-            groups.setdefault(key, []).append(parameter)
+            scale = (pretrained_lr_scale if name in pretrained else 1.0) * layer_scales.get(name, 1.0)
+            groups.setdefault((decay, scale), []).append(parameter)
     result = []
-    for decay in (True, False):
-        for is_pretrained in (False, True):
-            params = groups.get((decay, is_pretrained))
-            if not params:
-                continue
-            group: dict[str, Any] = {"params": params}
-            if not decay:
-                group["weight_decay"] = 0.0
-            if is_pretrained and pretrained_lr_scale != 1.0:
-                group["lr_scale"] = pretrained_lr_scale
-            result.append(group)
+    for (decay, scale), params in sorted(groups.items(), key=lambda item: (not item[0][0], -item[0][1])):
+        group: dict[str, Any] = {"params": params}
+        if not decay:
+            group["weight_decay"] = 0.0
+        if scale != 1.0:
+            group["lr_scale"] = scale
+        result.append(group)
     return result
+
+
+def layer_decay_scales(model: nn.Module, layer_decay: float) -> dict[str, float]:
+    """Parameter name -> learning-rate factor of layer-wise decay (see :func:`parameter_groups`).
+
+    Layer ids as timm's ViT ``group_matcher``: embeddings 0, block ``i`` is ``i + 1``, the final
+    norm ``L`` (with the last block), the head ``L + 1``; the factor is ``layer_decay ** (L + 1 - id)``.
+    Parameters outside the export names (LoRA adapters) are left out (factor 1).
+
+    Raises:
+        ValueError: ``layer_decay`` is not in ``(0, 1]``, or the model has no single stack.
+    """
+    if not 0.0 < layer_decay <= 1.0:
+        raise ValueError(f"layer_decay must lie in (0, 1] (e.g. 0.65 or 0.75), got {layer_decay}")
+    exported = _safe_export_names(model)
+    if not exported:
+        raise ValueError(
+            f"layer_decay needs a model with one Transformer stack; {type(model).__name__} has none or several"
+        )
+    num_layers = (
+        max(int(name.split(".")[2]) for name in exported.values() if name.startswith("stack.blocks.")) + 1
+    )
+    scales = {}
+    for name, export_name in exported.items():
+        if export_name.startswith("stack.blocks."):
+            layer = int(export_name.split(".")[2]) + 1
+        elif export_name.startswith("stack.norm."):
+            layer = num_layers
+        elif part_of(export_name) == "head":
+            layer = num_layers + 1
+        else:  # embeddings: positions, patch or token embeddings, class token
+            layer = 0
+        scales[name] = layer_decay ** (num_layers + 1 - layer)
+    return scales
 
 
 def scale_learning_rates(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -245,6 +245,34 @@ def test_augmentation_spec_builds_the_named_transforms():
         build_transform([{"name": "NoSuchTransform"}])
 
 
+def test_recipe_augmentations_build_and_run_on_uint8_images():
+    spec = [
+        {"name": "RandAugment", "num_ops": 2, "magnitude": 9, "interpolation": "bilinear"},
+        {"name": "TrivialAugmentWide"},
+        {"name": "AutoAugment", "policy": "cifar10"},
+        {"name": "RandomErasing", "p": 1.0, "value": 0},
+    ]
+    rand, trivial, auto, erasing = build_transform(spec).transforms
+    assert isinstance(rand, v2.RandAugment) and (rand.num_ops, rand.magnitude) == (2, 9)
+    assert rand.interpolation == v2.InterpolationMode.BILINEAR
+    assert isinstance(trivial, v2.TrivialAugmentWide)
+    assert auto.policy == v2.AutoAugmentPolicy.CIFAR10
+    assert isinstance(erasing, v2.RandomErasing) and erasing.p == 1.0
+    torch.manual_seed(0)
+    image = v2.ToImage()(torch.full((3, 32, 32), 200, dtype=torch.uint8))
+    erased = build_transform([spec[-1]])(image)
+    assert erased.dtype == torch.uint8 and (erased == 0).any() and (erased == 200).any()
+    assert build_transform(spec)(image).shape == (3, 32, 32)
+
+
+@pytest.mark.parametrize("name", ["Lambda", "MixUp", "CutMix", "Transform", "functional"])
+def test_only_allow_listed_transforms_are_built_from_a_spec(name):
+    with pytest.raises(ValueError, match="mixup_alpha" if name in ("MixUp", "CutMix") else "allowed"):
+        build_transform([{"name": name}])
+    with pytest.raises(ValueError):  # nested entries are checked too
+        build_transform([{"name": "RandomApply", "transforms": [{"name": name}]}])
+
+
 def test_augmentation_spec_is_applied_by_the_dataset():
     plain = image_classification_dataset("digits", split="val")
     flipped = image_classification_dataset(

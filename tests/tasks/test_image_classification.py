@@ -151,3 +151,60 @@ def test_fashion_mnist_config_builds_its_model_from_the_data(tmp_path, monkeypat
     assert (cli.trainer.num_devices, type(cli.trainer.strategy).__name__) == (2, "DDPStrategy")
     assert cli.datamodule.batch_size * cli.trainer.num_devices == 128  # per process x processes
     assert cli.model.class_names[0] == "T-shirt/top" and cli.trainer.max_epochs == 100
+
+
+# ------------------------------------------------------------------------------------------------
+# MixUp / CutMix
+# ------------------------------------------------------------------------------------------------
+
+_TINY_VIT = {"image_size": 8, "patch_size": 4, "channels": 1, "num_classes": 4, "dim": 16, "num_layers": 1,
+             "num_heads": 2}  # fmt: skip
+
+
+def test_batch_mixing_is_off_by_default_and_builds_the_chosen_mixers():
+    from torchvision.transforms import v2
+
+    from tasks.image_classification import batch_mixing
+
+    assert ImageClassification(_TINY_VIT)._batch_mix is None
+    assert batch_mixing(0.0, 0.0, 4) is None
+    assert isinstance(batch_mixing(0.8, 0.0, 4), v2.MixUp)
+    assert isinstance(batch_mixing(0.0, 1.0, 4), v2.CutMix)
+    both = batch_mixing(0.8, 1.0, 4)
+    assert isinstance(both, v2.RandomChoice) and both.p == [0.5, 0.5]
+    with pytest.raises(ValueError, match="mixup_alpha"):
+        batch_mixing(-1.0, 0.0, 4)
+
+
+def test_label_smoothing_on_mixed_targets_matches_timm_mixup_loss():
+    mixup = pytest.importorskip("timm.data.mixup")
+    from timm.loss import SoftTargetCrossEntropy
+
+    torch.manual_seed(0)
+    classes, lam, smoothing = 5, 0.7, 0.1
+    logits, labels = torch.randn(6, classes), torch.tensor([0, 1, 2, 3, 4, 0])
+    partner = labels.flip(0)  # timm mixes each sample with the reversed batch
+    one_hot = torch.nn.functional.one_hot
+    mixed = lam * one_hot(labels, classes).float() + (1 - lam) * one_hot(partner, classes).float()
+    ours = torch.nn.functional.cross_entropy(logits, mixed, label_smoothing=smoothing)
+    reference = SoftTargetCrossEntropy()(logits, mixup.mixup_target(labels, classes, lam, smoothing))
+    assert ours == pytest.approx(reference.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("options", [{"mixup_alpha": 1.0}, {"cutmix_alpha": 1.0}])
+def test_training_step_mixes_the_batch_and_takes_the_loss_on_soft_targets(options):
+    task = ImageClassification(_TINY_VIT, label_smoothing=0.1, **options)
+    with torch.no_grad():
+        task.model.head.weight.mul_(100)  # confident logits, so hard and soft targets give different losses
+    images, labels = torch.rand(8, 1, 8, 8), torch.arange(8) % 4
+    torch.manual_seed(3)
+    with pytest.warns(UserWarning, match="self.log"):  # no trainer attached
+        loss = task.training_step((images, labels), 0)
+    torch.manual_seed(3)
+    mixed, targets = task._batch_mix(images, labels)
+    assert targets.shape == (8, 4) and torch.allclose(targets.sum(-1), torch.ones(8))
+    assert not torch.equal(mixed, images) and (targets.max(-1).values < 1).any()  # really mixed
+    expected = torch.nn.functional.cross_entropy(task.model(mixed), targets, label_smoothing=0.1)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    hard = torch.nn.functional.cross_entropy(task.model(images), labels, label_smoothing=0.1)
+    assert loss.item() != pytest.approx(hard.item(), rel=1e-4)  # what an unmixed step would give
