@@ -183,7 +183,7 @@ class MultimodalCLI(LightningCLI):
             if run is not None and run_name is None and run[0] == root.resolve():
                 run_name = run[1]  # resume in place: same folder for checkpoints and logs
         elif resume and run_name and (root / RUNS / run_name / "checkpoints").is_dir():
-            self.parser.error(f"--run_name {run_name}: that run exists in {root / RUNS} and its checkpoints would be "
+            self.parser.error(f"--run_name {run_name}: that run exists ({root / RUNS / run_name}) and its checkpoints would be "
                               f"overwritten; resume it with --ckpt_path last, or choose another name")  # fmt: skip
         settings["ckpt_path"], settings["run_name"] = ckpt_path, run_name
 

@@ -46,6 +46,8 @@ def test_two_fits_started_together_with_one_run_name_one_runs_one_is_refused(tmp
 
     assert sorted(code for code, _ in results) == [0, 2], [err[-500:] for _, err in results]  # exactly one ran
     refused = _error_line(next(err for code, err in results if code == 2))
+    # Refused by the lock while the other runs, or, when the other has already finished its step, as a
+    # run that exists: either way one line naming the run's folder.
     assert refused.startswith("error: ") and "lightning_logs/same" in refused
     run = tmp_path / "outputs/music_continuation" / RUNS / "same"
     assert [path.name for path in (run / "checkpoints").iterdir()] == ["last.ckpt"]  # no last-v1.ckpt
