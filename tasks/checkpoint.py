@@ -14,18 +14,17 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from safetensors.torch import load_model
 
 from multimodal.class_paths import check_config_class_paths, import_class
 from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.convert.folder import (
     CONFIG_FILE,
     TASK_FAMILIES,
-    TOKENIZER_FILE,
-    WEIGHTS_FILE,
     check_fits,
     family_of,
+    folder_tokenizer,
     is_model_folder,
+    load_folder_weights,
     load_tokenizer,
     read_model_folder,
 )
@@ -121,15 +120,8 @@ def _load_task_folder(folder: Path, map_location: str) -> LoadedCheckpoint:
     task_class, arguments = checkpoint_task({"task": meta["task"]}, {**meta.get("task_settings", {}), "model": meta["model"]},
                                             str(folder / CONFIG_FILE))
     task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
-    missing, unexpected = load_model(task.model, str(folder / WEIGHTS_FILE), strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{folder}: weights do not fit the config: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")  # fmt: skip
-    tokenizer = None
-    if "tokenizer_class" in meta:
-        tokenizer = load_tokenizer(meta["tokenizer_class"], (folder / TOKENIZER_FILE).read_text(encoding="utf-8"),
-                                   source=str(folder / TOKENIZER_FILE))
-    return LoadedCheckpoint(task.to(map_location).eval(), tokenizer, _folder_data(meta))
+    load_folder_weights(task.model, folder)
+    return LoadedCheckpoint(task.to(map_location).eval(), folder_tokenizer(folder, meta), _folder_data(meta))
 
 
 #: Data settings that name files or folders. A model folder travels between machines, so the paths

@@ -216,16 +216,25 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Modul
     if is_model_folder(path):
         meta = read_model_folder(path)
         model = build_model(meta["family"], meta["model"])
-        missing, unexpected = load_model(model, str(path / WEIGHTS_FILE), strict=False)
-        if missing or unexpected:
-            raise ValueError(f"{path / WEIGHTS_FILE}: weights do not fit the config: missing {sorted(missing)[:5]}, "
-                             f"unexpected {sorted(unexpected)[:5]}")  # fmt: skip
-        tokenizer = None
-        if "tokenizer_class" in meta:
-            tokenizer = load_tokenizer(meta["tokenizer_class"], (path / TOKENIZER_FILE).read_text(encoding="utf-8"),
-                                       source=str(path / TOKENIZER_FILE))
-        return model.to(device).eval(), tokenizer
+        load_folder_weights(model, path)
+        return model.to(device).eval(), folder_tokenizer(path, meta)
     return _load_checkpoint(path, device)
+
+
+def load_folder_weights(model: nn.Module, folder: str | Path) -> None:
+    """Fills ``model`` with a model folder's ``model.safetensors``; names that do not match are a ``ValueError``."""
+    missing, unexpected = load_model(model, str(Path(folder) / WEIGHTS_FILE), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{Path(folder) / WEIGHTS_FILE}: weights do not fit the config: missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")  # fmt: skip
+
+
+def folder_tokenizer(folder: str | Path, meta: dict[str, Any]) -> Any | None:
+    """The tokenizer of a model folder (``meta``: its checked ``config.json``), or None when it has none."""
+    if "tokenizer_class" not in meta:
+        return None
+    path = Path(folder) / TOKENIZER_FILE
+    return load_tokenizer(meta["tokenizer_class"], path.read_text(encoding="utf-8"), source=str(path))
 
 
 def _load_checkpoint(path: Path, device: str | torch.device) -> tuple[nn.Module, Any | None]:

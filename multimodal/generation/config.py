@@ -84,16 +84,22 @@ class SamplingConfig:
 
     def with_options(self, **options: Any) -> SamplingConfig:
         """This config with ``options`` (its field names) replaced; an unknown name is a ``TypeError`` naming it."""
-        unknown = sorted(set(options) - {field.name for field in dataclasses.fields(self)})
+        if not options:  # the decoding loop asks once per token
+            return self
+        unknown = sorted(set(options) - SAMPLING_FIELDS)
         if unknown:
             raise TypeError(f"unknown sampling option(s) {', '.join(unknown)}; SamplingConfig takes "
                             f"{', '.join(field.name for field in dataclasses.fields(self))}")  # fmt: skip
-        return dataclasses.replace(self, **options) if options else self
+        return dataclasses.replace(self, **options)
 
     @classmethod
     def of(cls, sampling: SamplingConfig | None = None, **options: Any) -> SamplingConfig:
         """``sampling`` (default: the defaults) with ``options`` replaced: how every function reads its arguments."""
         return (sampling or cls()).with_options(**options)
+
+
+SAMPLING_FIELDS = frozenset(field.name for field in dataclasses.fields(SamplingConfig))
+"""The names :class:`SamplingConfig` takes (and every generation function takes as keywords)."""
 
 
 @runtime_checkable

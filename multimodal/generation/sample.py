@@ -17,7 +17,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from multimodal.generation.beam import beam_search
-from multimodal.generation.config import DecodingModel, SamplingConfig, check_max_new_tokens
+from multimodal.generation.config import SAMPLING_FIELDS, DecodingModel, SamplingConfig, check_max_new_tokens
 from multimodal.generation.processors import forbid, min_p_filter, no_repeat_ngram_mask, repetition_penalty
 
 
@@ -186,8 +186,8 @@ def generate_batch(
         padded[index, longest - len(row) :] = row
         padding[index, longest - len(row) :] = False
     device = next(iter(model.parameters()), torch.empty(0)).device if hasattr(model, "parameters") else None
-    sampling = SamplingConfig.of(sampling, **{key: value for key, value in options.items() if key in _FIELDS})
-    rest = {key: value for key, value in options.items() if key not in _FIELDS}
+    sampling = SamplingConfig.of(sampling, **{key: value for key, value in options.items() if key in SAMPLING_FIELDS})
+    rest = {key: value for key, value in options.items() if key not in SAMPLING_FIELDS}
     out = generate(model, padded.to(device), max_new_tokens, sampling, eos_id=eos_id, prompt_padding=padding.to(device),
                    **rest)  # fmt: skip
     stops = {*([] if eos_id is None else [eos_id]), *sampling.stop_ids}
@@ -199,8 +199,6 @@ def generate_batch(
         results.append(ids if ended is None else ids[: len(row) + ended + 1])
     return results
 
-
-_FIELDS = {field for field in SamplingConfig.__dataclass_fields__}
 
 
 def _left_padding(prompt_padding: Tensor | None, prompt: Tensor) -> Tensor | None:
