@@ -99,6 +99,8 @@ class MultimodalCLI(LightningCLI):
             else:
                 self.run_claim = claim_run(root, run_name)
                 version = self.run_claim.folder.name
+                if run_name and not self.config[self.subcommand].get("ckpt_path"):
+                    self._refuse_a_finished_run(self.run_claim)
             config["logger"] = TensorBoardLogger(save_dir=root, name=RUNS, version=version, default_hp_metric=False)
         elif run_name and config.get("logger"):
             loggers = config["logger"] if isinstance(config["logger"], list) else [config["logger"]]
@@ -106,6 +108,20 @@ class MultimodalCLI(LightningCLI):
                 raise ValueError(f"--run_name {run_name}: the config's logger sets its own folder; set the "
                                  f"logger's `version: {run_name}` instead")  # fmt: skip
         return super()._instantiate_trainer(config, callbacks)
+
+    @staticmethod
+    def _refuse_a_finished_run(claim: RunClaim) -> None:
+        """Refuses a fresh fit into a named run that has checkpoints, checked again under the run's lock.
+
+        The parser's check (:meth:`_resolve_run`) runs before the lock is taken: a second fit started
+        beside a first passes it, waits out no lock once the first has finished, and would then write
+        over the first one's checkpoints.
+        """
+        checkpoints = claim.folder / "checkpoints"
+        if checkpoints.is_dir() and any(checkpoints.iterdir()):
+            claim.release()
+            raise FileExistsError(17, "that run exists and its checkpoints would be overwritten; resume it with "
+                                      "--ckpt_path last, or choose another --run_name", str(claim.folder))  # fmt: skip
 
     def _parse_ckpt_path(self) -> None:
         """Merges a ``--ckpt_path`` checkpoint's hyper-parameters into the config, as Lightning does.
