@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 from multimodal.data.storage import atomic_write_text, cache_root, hash_bucket
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import UnusableMidi, read_midi_notes
+from multimodal.tokenizers.music_controls import CONTROL_NAMES, DEFAULT_DROPOUT, Controls
 
 MIDI_SUFFIXES = (".mid", ".midi")
 NOTES_CACHE = "notes_v2.npz"  # bump the version when read_midi_notes changes (v2: the one reader, symusic)
@@ -63,11 +64,14 @@ class MidiCorpus:
         names: One name per piece (see the module docstring), sorted.
         notes: One float64 array ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` per piece.
         skipped: Files or chorales that could not be read, each with the reason.
+        controls: Per piece its :class:`~multimodal.tokenizers.music_controls.Controls` (style, key,
+            meter, density), where the source says them; None: no piece has any.
     """
 
     names: list[str]
     notes: list[np.ndarray]
     skipped: list[str] = field(default_factory=list)
+    controls: list[Controls] | None = None
 
     @property
     def num_skipped(self) -> int:
@@ -84,7 +88,8 @@ class MidiCorpus:
         # A lazily read corpus (an ingested cache) stays lazy: its subset opens pieces on access.
         subset = getattr(self.notes, "subset", None)
         notes = subset(kept) if subset is not None else [self.notes[i] for i in kept]
-        return MidiCorpus([self.names[i] for i in kept], notes, self.skipped)
+        controls = None if self.controls is None else [self.controls[i] for i in kept]
+        return MidiCorpus([self.names[i] for i in kept], notes, self.skipped, controls)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -161,8 +166,10 @@ def load_midi_folder(folder: str | Path, include_drums: bool = False) -> MidiCor
     return corpus
 
 
-def load_midi_files(paths: list[str | Path], include_drums: bool = False) -> MidiCorpus:
+def load_midi_files(paths: list[str | Path], include_drums: bool = False, parts: bool = False) -> MidiCorpus:
     """MIDI files, and every ``.mid`` / ``.midi`` file under folders (recursively), in the order given.
+
+    With ``parts`` each note keeps its track as a fifth column (:func:`read_midi_notes`).
 
     A piece's name is its path relative to the folder it was found in (a file's: its file name).
     Missing paths, files that cannot be parsed and files with no note are skipped with a warning
@@ -181,7 +188,7 @@ def load_midi_files(paths: list[str | Path], include_drums: bool = False) -> Mid
             continue
         for path in files:
             try:
-                piece = read_midi_notes(path, include_drums=include_drums)
+                piece = read_midi_notes(path, include_drums=include_drums, parts=parts)
             except UnusableMidi as error:  # not MIDI, or failing the reader's checks: the reason
                 reason = error.reason
             except OSError as error:  # gone or unreadable since listed
@@ -212,16 +219,19 @@ class MidiAugmentation:
     stretch_range: tuple[float, float] = (0.95, 1.05)
 
     def __call__(self, notes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Returns an augmented copy of ``notes`` ``(num_notes, 4)``."""
+        """Returns an augmented copy of ``notes`` ``(num_notes, 4 or 5)``."""
+        return self.draw(notes, rng)[0]
+
+    def draw(self, notes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """An augmented copy of ``notes`` and the transposition drawn, in semitones (a key moves with it)."""
         if len(notes) == 0:
-            return notes.copy()
+            return notes.copy(), 0
         low, high = notes[:, 0].min(), notes[:, 0].max()
         shifts = [
             s for s in range(-self.max_transpose, self.max_transpose + 1) if low + s >= 0 and high + s <= 127
         ]
-        return stretch_notes(
-            transpose_notes(notes, int(rng.choice(shifts))), rng.uniform(*self.stretch_range)
-        )
+        shift = int(rng.choice(shifts))
+        return stretch_notes(transpose_notes(notes, shift), rng.uniform(*self.stretch_range)), shift
 
 
 DEFAULT_AUGMENTATION = MidiAugmentation()
@@ -275,11 +285,12 @@ class MidiWindowDataset(Dataset):
         epoch_length: int = 10_000,
         augmentation: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = DEFAULT_AUGMENTATION,
         seed: int | None = None,
+        control_dropout: float = DEFAULT_DROPOUT,
     ) -> None:
         if len(corpus) == 0:
             raise ValueError("the corpus holds no piece; check the split and the limit")
         self.corpus, self.tokenizer, self.seq_len = corpus, tokenizer, seq_len
-        self.epoch_length, self.augmentation = epoch_length, augmentation
+        self.epoch_length, self.augmentation, self.control_dropout = epoch_length, augmentation, control_dropout
         self.seed, self.epoch = seed, 0
         sizes = np.array([max(len(notes), 1) for notes in corpus.notes], dtype=np.float64)
         self.piece_weights = torch.from_numpy(sizes / sizes.sum())
@@ -311,12 +322,23 @@ class MidiWindowDataset(Dataset):
         else:
             rng = np.random.default_rng([self.seed, self.epoch, index])
             piece = int(rng.choice(len(self.piece_weights), p=self.piece_weights.numpy()))
-        notes = self.corpus.notes[piece]
-        if self.augmentation is not None:
+        notes, semitones = self.corpus.notes[piece], 0
+        if isinstance(self.augmentation, MidiAugmentation):
+            notes, semitones = self.augmentation.draw(notes, rng)
+        elif self.augmentation is not None:
             notes = self.augmentation(notes, rng)
-        ids = _piece_ids(self.tokenizer, notes)
-        start = int(rng.integers(0, max(len(ids) - self.seq_len - 1, 0) + 1))
-        return _pad(ids[start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
+        if not _has_controls(self.tokenizer):
+            ids = _piece_ids(self.tokenizer, notes)
+            start = int(rng.integers(0, max(len(ids) - self.seq_len - 1, 0) + 1))
+            return _pad(ids[start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
+        # Every window opens BOS + controls (each hidden at random), then events from a random place.
+        controls = _controls(self.corpus, piece).transposed(semitones)
+        controls = controls.dropped((rng.random(len(CONTROL_NAMES)) >= self.control_dropout).tolist())
+        head = torch.tensor([self.tokenizer.bos_id, *self.tokenizer.control_ids(controls)])
+        body = _piece_ids(self.tokenizer, notes)[1:]
+        room = self.seq_len + 1 - len(head)
+        start = int(rng.integers(0, max(len(body) - room, 0) + 1))
+        return _pad(torch.cat([head, body[start : start + room]]), self.seq_len + 1, self.pad_id)
 
 
 class MidiPieceWindows(Dataset):
@@ -344,7 +366,8 @@ class MidiPieceWindows(Dataset):
         if len(corpus) == 0:
             raise ValueError("the corpus holds no piece; check the split and the limit")
         self.tokenizer, self.seq_len = tokenizer, seq_len
-        self.pieces = [_piece_ids(tokenizer, notes) for notes in corpus.notes]
+        self.pieces = [_piece_ids(tokenizer, notes, _controls(corpus, index) if _has_controls(tokenizer) else None)
+                       for index, notes in enumerate(corpus.notes)]  # fmt: skip
         self.num_notes = sum(len(notes) for notes in corpus.notes)
         self.seconds = sum(float(notes[:, 2].max(initial=0.0)) for notes in corpus.notes)
         self.windows = [
@@ -377,10 +400,21 @@ class MidiPieceWindows(Dataset):
         return _pad(self.pieces[piece][start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
 
 
-def _piece_ids(tokenizer: MidiTokenizer, notes: np.ndarray) -> torch.Tensor:
-    """``[BOS] + events + [EOS]`` of one piece as int64 ``(length,)``."""
+def _piece_ids(tokenizer: MidiTokenizer, notes: np.ndarray, controls: Controls | None = None) -> torch.Tensor:
+    """``[BOS] (+ controls) + events + [EOS]`` of one piece as int64 ``(length,)``."""
     events = torch.from_numpy(tokenizer.encode_notes_array(notes))
-    return torch.cat([torch.tensor([tokenizer.bos_id]), events, torch.tensor([tokenizer.eos_id])])
+    head = [tokenizer.bos_id, *(tokenizer.control_ids(controls) if controls is not None else [])]
+    return torch.cat([torch.tensor(head), events, torch.tensor([tokenizer.eos_id])])
+
+
+def _has_controls(tokenizer: MidiTokenizer) -> bool:
+    """Whether the vocabulary opens each sequence with control tokens."""
+    return bool(getattr(tokenizer.config, "controls", False))
+
+
+def _controls(corpus: MidiCorpus, piece: int) -> Controls:
+    """Piece ``piece``'s controls (all unknown when the corpus has none)."""
+    return Controls() if corpus.controls is None else corpus.controls[piece]
 
 
 def _pad(ids: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:

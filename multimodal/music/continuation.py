@@ -20,20 +20,53 @@ from multimodal.generation.beam import beam_search
 from multimodal.generation.config import SamplingConfig
 from multimodal.generation.sample import generate, generate_batch
 from multimodal.tokenizers.midi import MidiTokenizer
+from multimodal.tokenizers.midi_files import read_midi_notes
+from multimodal.tokenizers.music_controls import Controls
 from multimodal.viz import piano_roll_png
 
 
-def primer_ids(notes: np.ndarray, tokenizer: MidiTokenizer, seconds: float) -> list[int]:
-    """``[BOS]`` + events of the first ``seconds`` of a piece; notes still sounding are cut there.
+def primer_ids(notes: np.ndarray, tokenizer: MidiTokenizer, seconds: float, controls: Controls | None = None) -> list[int]:
+    """``[BOS]`` (+ controls) + events of the first ``seconds`` of a piece; notes still sounding are cut there.
 
     Args:
-        notes: ``(num_notes, 4)`` array of ``[pitch, start_s, end_s, velocity]``.
+        notes: ``(num_notes, 4)`` array of ``[pitch, start_s, end_s, velocity]`` (``(num_notes, 5)``
+            with the part last, for a vocabulary with parts).
         tokenizer: The model's tokenizer.
-        seconds: Length of the primer.
+        seconds: Length of the primer; 0 starts from nothing (a piece made only of what the controls say).
+        controls: Style, key, meter, density to ask for (:func:`~multimodal.tokenizers.music_controls.parse_controls`);
+            None or unknown fields: the model's choice.
+
+    Raises:
+        ValueError: Controls asked of a model whose vocabulary has none.
     """
     kept = notes[notes[:, 1] < seconds].copy()
     kept[:, 2] = np.minimum(kept[:, 2], seconds)
-    return [tokenizer.bos_id, *tokenizer.encode_notes(kept)]
+    if getattr(tokenizer.config, "controls", False):
+        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+    elif controls is not None and any(value is not None for value in controls.values()):
+        raise ValueError("this model was trained without controls (style, key, meter, density); train one with "
+                         "data.controls: true")  # fmt: skip
+    else:
+        head = [tokenizer.bos_id]
+    return [*head, *tokenizer.encode_notes(kept)]
+
+
+def read_primer(path: str | Path, tokenizer: MidiTokenizer) -> np.ndarray:
+    """A MIDI file's notes as ``tokenizer`` reads them: with parts (its tracks in file order), when the
+    vocabulary has them, else merged.
+
+    Raises:
+        UnusableMidi: Not a usable MIDI file (one line naming it).
+        ValueError: More tracks with notes than the vocabulary has parts.
+    """
+    num_parts = getattr(tokenizer.config, "num_parts", 1)
+    if num_parts == 1:
+        return read_midi_notes(path)
+    notes = read_midi_notes(path, parts=True)
+    found = int(notes[:, 4].max()) + 1 if len(notes) else 0
+    if found > num_parts:
+        raise ValueError(f"{path}: {found} tracks with notes; this model knows {num_parts} parts (one track each)")
+    return notes
 
 
 def continue_music(

@@ -13,6 +13,7 @@ from multimodal.generation.sample import generate
 from multimodal.music.continuation import primer_ids
 from multimodal.music.stats import ExcerptStats, excerpt_stats
 from multimodal.tokenizers.midi import MidiTokenizer
+from multimodal.tokenizers.music_controls import Controls
 
 
 def evaluate_continuations(
@@ -24,6 +25,7 @@ def evaluate_continuations(
     max_new_tokens: int = 512,
     sampling: SamplingConfig | None = None,
     seed: int = 0,
+    controls: list[Controls] | None = None,
     **options: Any,
 ) -> tuple[ExcerptStats, ExcerptStats, list[np.ndarray]]:
     """Continues the first ``primer_seconds`` of each piece and measures both continuations.
@@ -49,6 +51,7 @@ def evaluate_continuations(
         sampling: How tokens are chosen (:class:`~multimodal.generation.config.SamplingConfig`, or its
             fields as keywords in ``options``).
         seed: Seeds piece ``i``'s sampling with ``seed + i``.
+        controls: Per piece the controls its primer opens with (a vocabulary with controls; None: unknown).
 
     Returns:
         The pooled statistics of the generated and of the real continuations, and the generated
@@ -63,7 +66,7 @@ def evaluate_continuations(
     for index, notes in enumerate(pieces):
         real = tokenizer.decode_notes(tokenizer.encode_notes(notes))
         before_cut = np.rint(real[:, 1] / step) < cut_step  # onsets on the tokenizer's grid, compared exactly
-        primer = primer_ids(real[before_cut], tokenizer, cut)
+        primer = primer_ids(real[before_cut], tokenizer, cut, controls[index] if controls else None)
         generator = torch.Generator(device=device).manual_seed(seed + index)
         tokens = generate(
             model, torch.tensor([primer], device=device), max_new_tokens, sampling, eos_id=tokenizer.eos_id,

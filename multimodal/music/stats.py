@@ -93,14 +93,15 @@ def excerpt_stats(
     """Statistics of the notes of an excerpt ``[start, end]``, each cut at ``end``.
 
     Args:
-        notes: ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]``.
+        notes: ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]`` (or 5, the part last: merged).
         start: Where the excerpt begins (a continuation: where its primer was cut).
         end: Where it ends; None: the last note's end.
         tolerance: A note ending within this many seconds of ``end`` counts as sounding at the end.
         select: Keep only the notes that begin in ``[start, end)``; False: ``notes`` are the
             excerpt's notes already (a continuation separated from its primer), only cut at ``end``.
     """
-    notes = np.asarray(notes, dtype=np.float64).reshape(-1, 4)
+    notes = np.asarray(notes, dtype=np.float64)
+    notes = notes[:, :4] if notes.ndim == 2 else notes.reshape(-1, 4)  # parts (a fifth column) merged
     if end is None:
         end = float(notes[:, 2].max()) if len(notes) else start
     if select:

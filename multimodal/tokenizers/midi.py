@@ -255,14 +255,17 @@ class MidiTokenizer:
         return ids
 
     def _quantise(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Checks a note array and returns int64 (pitch, onset step, offset step, velocity bin)."""
+        """Checks a note array ``(n, 4)`` (or ``(n, 5)``, parts merged) and returns int64 (pitch, onset step,
+        offset step, velocity bin)."""
         notes = np.asarray(notes, dtype=np.float64)
         if notes.size == 0:
             notes = notes.reshape(0, 4)
-        if notes.ndim != 2 or notes.shape[1] != 4:
+        if notes.ndim != 2 or notes.shape[1] not in (4, 5):
             raise ValueError(
-                f"notes must have shape (num_notes, 4) = [pitch, start_s, end_s, velocity], got {notes.shape}"
+                f"notes must have shape (num_notes, 4) = [pitch, start_s, end_s, velocity] (or 5 with a part "
+                f"column), got {notes.shape}"
             )
+        notes = notes[:, :4]  # a part column is merged away: this vocabulary has one part
         if not np.isfinite(notes).all():
             raise ValueError("notes contain NaN or infinite values")
         pitch = np.rint(notes[:, 0]).astype(np.int64)

@@ -19,6 +19,20 @@ every 5 to 400, then every 10 to ``max_duration_steps`` (800) — with the defau
 Ids: ``PAD=0, BOS=1, EOS=2``, then ``num_time_shifts`` TIME_SHIFT, ``num_velocity_bins`` VELOCITY,
 128 PITCH and the DURATION ids (3 + 100 + 32 + 128 + 200 = 463 with the defaults).
 
+**Parts.** With ``num_parts = P > 1`` a note also says which part (voice, instrument) plays it:
+the PITCH id names part and pitch together, ``PITCH_{128·part + pitch}`` (``P × 128`` PITCH ids),
+as the Anticipatory Music Transformer and MuseNet join instrument and pitch. A note costs no extra
+token (a separate PART event before each note would add one token per note, about a third more
+tokens per second of a four-part chorale), at the price of ``128 (P - 1)`` more ids. Notes of one
+onset come in part order, then pitch order; note arrays carry the part as a fifth column
+``[pitch, start_s, end_s, velocity, part]`` and :meth:`MidiDurationTokenizer.decode` writes one
+MIDI track per part, named and with its General MIDI program (``part_names``, ``part_programs``).
+``num_parts = 1`` is the single-part vocabulary above, id for id.
+
+**Controls.** With ``controls = True`` the ids end with STYLE, KEY, METER and DENSITY values, each
+with an ``unknown`` id (:mod:`~multimodal.tokenizers.music_controls`); a sequence opens
+``BOS STYLE KEY METER DENSITY`` (:meth:`MidiDurationTokenizer.control_ids`) and decoding skips them.
+
 The same rules as the performance tokenizer make notes well defined: unisons on one step merge
 (longest, loudest), a re-strike ends the sounding note of that pitch, a note lasts one step at least.
 """
@@ -29,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pretty_midi
 
 from multimodal.tokenizers.midi import (
     NUM_PITCHES,
@@ -40,6 +55,9 @@ from multimodal.tokenizers.midi import (
     _notes_from_steps,
     _resolve_overlaps,
 )
+from multimodal.tokenizers.music_controls import CONTROL_NAMES, Controls, control_sizes
+
+MAX_PARTS = 16  # a MIDI file's channels
 
 
 @dataclass(frozen=True)
@@ -51,14 +69,39 @@ class MidiDurationTokenizerConfig(MidiTokenizerConfig):
         num_time_shifts: TIME_SHIFT events; the longest single shift is ``num_time_shifts * time_step``.
         num_velocity_bins: VELOCITY events (MIDI velocities 1..127 in bins of equal width).
         max_duration_steps: Longest duration in steps (longer notes are cut to it).
+        num_parts: Parts a note can belong to (1: one merged part).
+        part_names: Track names of the parts in decoded MIDI files (default ``Part 1``, ...).
+        part_programs: General MIDI programs of the parts in decoded files (default 0, the piano).
+        controls: Reserve the STYLE / KEY / METER / DENSITY ids of :mod:`~multimodal.tokenizers.music_controls`.
     """
 
     max_duration_steps: int = 800
+    num_parts: int = 1
+    part_names: tuple[str, ...] = ()
+    part_programs: tuple[int, ...] = ()
+    controls: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_duration_steps < 1:
             raise ValueError(f"max_duration_steps={self.max_duration_steps} must be at least 1")
+        if not 1 <= self.num_parts <= MAX_PARTS:
+            raise ValueError(f"num_parts={self.num_parts} must lie in 1..{MAX_PARTS}")
+        object.__setattr__(self, "part_names", tuple(str(name) for name in self.part_names))  # lists from JSON
+        object.__setattr__(self, "part_programs", tuple(int(program) for program in self.part_programs))
+        for name, values in (("part_names", self.part_names), ("part_programs", self.part_programs)):
+            if values and len(values) != self.num_parts:
+                raise ValueError(f"{name} has {len(values)} entries; give one per part ({self.num_parts}) or none")
+        if any(not 0 <= program <= 127 for program in self.part_programs):
+            raise ValueError(f"part_programs={list(self.part_programs)}: General MIDI programs lie in 0..127")
+
+    def part_name(self, part: int) -> str:
+        """The track name of part ``part`` (``part_names``, else ``"Part <part + 1>"``)."""
+        return self.part_names[part] if self.part_names else f"Part {part + 1}"
+
+    def part_program(self, part: int) -> int:
+        """The General MIDI program of part ``part`` (``part_programs``, else 0, the piano)."""
+        return self.part_programs[part] if self.part_programs else 0
 
     @property
     def duration_steps(self) -> np.ndarray:
@@ -82,17 +125,47 @@ class MidiDurationTokenizer(MidiTokenizer):
         self.time_shift_offset = len(SPECIAL_TOKENS)
         self.velocity_offset = self.time_shift_offset + self.config.num_time_shifts
         self.pitch_offset = self.velocity_offset + self.config.num_velocity_bins
-        self.duration_offset = self.pitch_offset + NUM_PITCHES
+        self.duration_offset = self.pitch_offset + NUM_PITCHES * self.config.num_parts
+        self.control_offset = self.duration_offset + len(self._durations)
+        self._control_offsets: dict[str, int] = {}
+        if self.config.controls:
+            offset = self.control_offset
+            for name, size in control_sizes().items():
+                self._control_offsets[name.upper()] = offset
+                offset += size
         # Ids of the performance layout do not exist here.
         self.note_on_offset = self.note_off_offset = None
 
     @property
     def vocab_size(self) -> int:
-        """3 specials + time shifts + velocity bins + 128 pitches + durations."""
-        return self.duration_offset + len(self._durations)
+        """3 specials + time shifts + velocity bins + 128 pitches per part + durations (+ controls)."""
+        return self.control_offset + (sum(control_sizes().values()) if self.config.controls else 0)
+
+    def control_ids(self, controls: Controls | None = None) -> list[int]:
+        """The ids ``STYLE KEY METER DENSITY`` that follow BOS (``None`` or a ``None`` field: unknown).
+
+        Raises:
+            ValueError: This vocabulary has no controls.
+        """
+        if not self.config.controls:
+            raise ValueError("this tokenizer has no control tokens (a model trained with controls: true has)")
+        values = (controls or Controls()).values()
+        return [self.event_to_token(name.upper(), value) for name, value in zip(CONTROL_NAMES, values, strict=True)]
+
+    def controls_in(self, ids: Any) -> Controls:
+        """The controls written in a sequence (the first of each kind; unknown where none is)."""
+        found: dict[str, int | None] = {}
+        for token in _as_id_array(ids).tolist():
+            if token >= self.control_offset and self.config.controls:
+                event = self.token_to_event(token)
+                found.setdefault(event.kind.lower(), event.value)
+        return Controls(**{name: found.get(name) for name in CONTROL_NAMES})
 
     def token_to_event(self, token: int) -> MidiEvent:
-        """The event an id stands for: ``MidiEvent("PITCH", 60)``, ``MidiEvent("DURATION", 50)`` (steps)."""
+        """The event an id stands for: ``MidiEvent("PITCH", 60)``, ``MidiEvent("DURATION", 50)`` (steps).
+
+        With parts a PITCH value is ``128 * part + pitch``.
+        """
         token = int(token)
         if not 0 <= token < self.vocab_size:
             raise ValueError(f"token {token} is outside this tokenizer's vocabulary [0, {self.vocab_size})")
@@ -104,12 +177,23 @@ class MidiDurationTokenizer(MidiTokenizer):
             return MidiEvent("VELOCITY", token - self.velocity_offset)
         if token < self.duration_offset:
             return MidiEvent("PITCH", token - self.pitch_offset)
-        return MidiEvent("DURATION", int(self._durations[token - self.duration_offset]))
+        if token < self.control_offset:
+            return MidiEvent("DURATION", int(self._durations[token - self.duration_offset]))
+        for name, size in control_sizes().items():  # the value's index; None: unknown
+            offset = self._control_offsets[name.upper()]
+            if token < offset + size:
+                return MidiEvent(name.upper(), None if token == offset + size - 1 else token - offset)
+        raise AssertionError("unreachable: token checked against vocab_size")
 
     def event_to_token(self, kind: str, value: int | None = None) -> int:
         """Inverse of :meth:`token_to_event`; a DURATION value must be one of ``config.duration_steps``."""
         if kind in SPECIAL_TOKENS:
             return SPECIAL_TOKENS.index(kind)
+        if kind in self._control_offsets:
+            size = control_sizes()[kind.lower()]
+            if value is not None and not 0 <= value < size - 1:
+                raise ValueError(f"{kind} value {value} must lie in 0..{size - 2} (None: unknown)")
+            return self._control_offsets[kind] + (size - 1 if value is None else int(value))
         if kind == "DURATION":
             index = np.flatnonzero(self._durations == value)
             if value is None or len(index) == 0:
@@ -118,7 +202,7 @@ class MidiDurationTokenizer(MidiTokenizer):
         ranges = {
             "TIME_SHIFT": (self.time_shift_offset - 1, 1, self.config.num_time_shifts),
             "VELOCITY": (self.velocity_offset, 0, self.config.num_velocity_bins - 1),
-            "PITCH": (self.pitch_offset, 0, NUM_PITCHES - 1),
+            "PITCH": (self.pitch_offset, 0, NUM_PITCHES * self.config.num_parts - 1),
         }
         if kind not in ranges:
             raise ValueError(f"unknown event kind {kind!r}; use one of {(*SPECIAL_TOKENS, *ranges, 'DURATION')}")
@@ -128,8 +212,13 @@ class MidiDurationTokenizer(MidiTokenizer):
         return offset + int(value)
 
     def encode_notes_array(self, notes: np.ndarray) -> np.ndarray:
-        """Encodes a note array ``(num_notes, 4)`` (vectorised); returns int64 ids ``(num_ids,)``."""
-        pitch, onset, offset, velocity_bin = self._quantise(notes)
+        """Encodes a note array (vectorised); returns int64 ids ``(num_ids,)``.
+
+        Args:
+            notes: ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]``, every note in part 0, or
+                ``(num_notes, 5)`` with the part (0..``num_parts - 1``) last; one part merges the parts.
+        """
+        pitch, onset, offset, velocity_bin = self._quantise(notes)  # pitch: 128 * part + pitch
         if len(pitch) == 0:
             return np.empty(0, dtype=np.int64)
         pitch, onset, offset, velocity_bin = _resolve_overlaps(pitch, onset, offset, velocity_bin)
@@ -155,8 +244,35 @@ class MidiDurationTokenizer(MidiTokenizer):
         ids[begins[full_rows] + within_row] = self.time_shift_offset + max_shift - 1
         return ids
 
+    def _quantise(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """As the single-part rules, the PITCH index being ``128 * part + pitch`` (so unisons merge within a part)."""
+        pitch, onset, offset, velocity_bin = super()._quantise(notes)
+        notes = np.asarray(notes, dtype=np.float64)
+        if self.config.num_parts == 1 or notes.ndim != 2 or notes.shape[1] != 5 or not len(pitch):
+            return pitch, onset, offset, velocity_bin
+        part = np.rint(notes[:, 4]).astype(np.int64)
+        if part.min() < 0 or part.max() >= self.config.num_parts:
+            raise ValueError(f"parts must lie in 0..{self.config.num_parts - 1} for this tokenizer, got "
+                             f"{part.min()}..{part.max()}")  # fmt: skip
+        return part * NUM_PITCHES + pitch, onset, offset, velocity_bin
+
+    def decode(self, ids: Any) -> pretty_midi.PrettyMIDI:
+        """Turns ids into a ``PrettyMIDI``: one instrument per part that has notes, named, with its program."""
+        if self.config.num_parts == 1:
+            return super().decode(ids)
+        notes = self.decode_notes(ids)
+        midi = pretty_midi.PrettyMIDI(resolution=960, initial_tempo=120.0)
+        for part in range(self.config.num_parts):
+            instrument = pretty_midi.Instrument(self.config.part_program(part), name=self.config.part_name(part))
+            for pitch, start, end, velocity, _ in notes[notes[:, 4] == part]:
+                instrument.notes.append(pretty_midi.Note(int(velocity), int(pitch), float(start), float(end)))
+            if instrument.notes:
+                midi.instruments.append(instrument)
+        return midi
+
     def decode_notes(self, ids: Any) -> np.ndarray:
-        """Turns any id sequence into a note array ``(num_notes, 4)``, sorted by start then pitch.
+        """Turns any id sequence into a note array ``(num_notes, 4)``, sorted by start then pitch;
+        with parts ``(num_notes, 5)`` (the part last), sorted by start, part, pitch.
 
         Whatever a model sampled gives valid notes: special ids are skipped, a PITCH not followed
         by a DURATION is dropped, a DURATION without a PITCH before it is ignored, and notes of one
@@ -180,17 +296,26 @@ class MidiDurationTokenizer(MidiTokenizer):
                 velocity = token - self.velocity_offset
             elif token < self.duration_offset:
                 pitch = token - self.pitch_offset
+            elif token >= self.control_offset:
+                pitch = None  # a control token says nothing about notes
             elif pitch is not None:
                 duration = int(self._durations[token - self.duration_offset])
                 notes.append((pitch, time, time + duration, velocity))
                 pitch = None
         if not notes:
-            return _notes_from_steps([], self.config.time_step)
+            return self._with_parts(_notes_from_steps([], self.config.time_step))
         columns = [np.array(column, dtype=np.int64) for column in zip(*notes, strict=True)]
         pitch_, onset, offset, velocity_bin = _resolve_overlaps(*columns)
         velocities = self._bin_to_velocity[velocity_bin]
         steps = list(zip(pitch_.tolist(), onset.tolist(), offset.tolist(), velocities.tolist(), strict=True))
-        return _notes_from_steps(steps, self.config.time_step)
+        return self._with_parts(_notes_from_steps(steps, self.config.time_step))
+
+    def _with_parts(self, notes: np.ndarray) -> np.ndarray:
+        """``(n, 4)`` notes whose pitch is ``128 * part + pitch`` as ``(n, 5)`` with the part last (one part: as is)."""
+        if self.config.num_parts == 1:
+            return notes
+        part, pitch = np.divmod(notes[:, 0], NUM_PITCHES)
+        return np.column_stack([pitch, notes[:, 1:4], part])
 
     def _duration_index(self, steps: np.ndarray) -> np.ndarray:
         """Index of the nearest allowed duration for each duration in steps (ties go to the shorter)."""

@@ -54,16 +54,18 @@ class UnusableMidi(ValueError):
         return self.reason if self.path is None else f"{self.path}: {self.reason}"
 
 
-def read_midi_notes(path: str | Path, include_drums: bool = False) -> np.ndarray:
+def read_midi_notes(path: str | Path, include_drums: bool = False, parts: bool = False) -> np.ndarray:
     """Reads the notes of a MIDI file; see the module docstring for every rule.
 
     Args:
         path: A ``.mid`` / ``.midi`` file.
         include_drums: Keep the notes of drum tracks (MIDI channel 10); dropped by default.
+        parts: Keep which track plays each note, as a fifth column: the index among the file's
+            tracks that hold notes, in file order (symusic splits a track by channel and program).
 
     Returns:
-        float64 array ``(num_notes, 4)`` of ``[pitch, start_s, end_s, velocity]`` sorted by start,
-        then pitch; ``(0, 4)`` for a file without notes.
+        float64 array ``(num_notes, 4)`` of ``[pitch, start_s, end_s, velocity]`` (``(num_notes, 5)``
+        with ``part`` last) sorted by start, then pitch; no rows for a file without notes.
 
     Raises:
         FileNotFoundError: No such file.
@@ -91,7 +93,7 @@ def read_midi_notes(path: str | Path, include_drums: bool = False) -> np.ndarray
         tempos = score.tempos.numpy()
         check_midi_timing(score.ticks_per_quarter, tempos["mspq"].tolist())
         seconds = _tick_to_seconds(score.ticks_per_quarter, tempos["time"].tolist(), tempos["mspq"].tolist())
-        return check_notes(_score_notes(score, seconds, include_drums))
+        return check_notes(_score_notes(score, seconds, include_drums, parts))
     except UnusableMidi as error:
         raise UnusableMidi(error.reason, path) from None
 
@@ -253,8 +255,10 @@ def _tick_to_seconds(ticks_per_beat: int, tempo_ticks: list[int], tempos: list[i
     return seconds
 
 
-def _score_notes(score, seconds: Callable[[np.ndarray], np.ndarray], include_drums: bool) -> np.ndarray:
-    """The merged, pedal-applied, sorted note array of a symusic score read in ticks."""
+def _score_notes(
+    score, seconds: Callable[[np.ndarray], np.ndarray], include_drums: bool, parts: bool = False
+) -> np.ndarray:
+    """The merged, pedal-applied, sorted note array of a symusic score read in ticks (a track column with ``parts``)."""
     arrays = []
     for track in score.tracks:
         if (track.is_drum and not include_drums) or not len(track.notes):
@@ -270,8 +274,8 @@ def _score_notes(score, seconds: Callable[[np.ndarray], np.ndarray], include_dru
             table[:, 0] = seconds(controls["time"].astype(np.int64))
             table[:, 1], table[:, 2] = controls["number"], controls["value"]
             notes = apply_sustain_pedal(notes, table)
-        arrays.append(notes)
+        arrays.append(np.column_stack([notes, np.full(len(notes), float(len(arrays)))]) if parts else notes)
     if not arrays:
-        return np.empty((0, 4))
+        return np.empty((0, 5 if parts else 4))
     notes = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
     return notes[np.lexsort((notes[:, 0], notes[:, 1]))]

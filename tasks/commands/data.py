@@ -120,6 +120,30 @@ def _ingest_midi(args: argparse.Namespace) -> Path:
     return report.cache
 
 
+def _music21_arguments(parser: argparse.ArgumentParser) -> None:
+    from multimodal.data.music21_collections import COLLECTIONS, DEFAULT_COLLECTIONS
+
+    parser.add_argument("--collections", nargs="+", default=None, choices=sorted(COLLECTIONS), metavar="NAME",
+                        help=f"default: {' '.join(DEFAULT_COLLECTIONS)} (the redistributable ones; "
+                             "the others warn with their licence)")  # fmt: skip
+    parser.add_argument("--list", action="store_true", help="list the collections and their licences, convert nothing")
+    parser.add_argument("--workers", type=positive_int, default=None, help="converting processes (default: one per core)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="default: $MULTIMODAL_CACHE/music21")
+
+
+@fetcher("music21", "convert collections of music21's corpus (folk tunes, madrigals, masses) into a note cache, "
+         "once; prints pieces per split", _music21_arguments)  # fmt: skip
+def _convert_music21(args: argparse.Namespace) -> Path:
+    from multimodal.data.music21_corpus import convert_collections, list_collections, music21_corpus_dir
+
+    if args.list:
+        print(list_collections())
+        return music21_corpus_dir()
+    report = convert_collections(args.collections, args.cache_dir, num_workers=args.workers)
+    print(report)
+    return report.cache
+
+
 @fetcher("soundfonts", "locate Debian's larger General MIDI SoundFonts (downloads nothing); prints the best found")
 def _find_soundfonts(args: argparse.Namespace) -> Path:
     """Lists each SoundFont as found or missing (with its ``apt-get install`` line) on stderr."""

@@ -9,18 +9,36 @@ from __future__ import annotations
 
 import argparse
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch import nn
 
 from multimodal.data.music import MidiCorpus, load_bach_chorales, load_midi_files
+from multimodal.data.music21_collections import check_collections
+from multimodal.data.music21_corpus import load_music21_corpus
 from multimodal.limits import MAX_BATCH_SIZE, MAX_BEAMS, MAX_CONTEXT, MAX_NEW_TOKENS, MAX_SAMPLES
-from multimodal.music import MusicScore, continue_music, continue_primers, primer_ids, score_music
+from multimodal.music import (
+    MusicScore,
+    continue_music,
+    continue_primers,
+    primer_ids,
+    read_primer,
+    score_music,
+)
 from multimodal.tokenizers.midi import MidiTokenizer
-from multimodal.tokenizers.midi_files import notes_from_midi
-from tasks.arguments import count, positive_float, sampling_from_args
+from multimodal.tokenizers.music_controls import (
+    CONTROL_NAMES,
+    STYLES,
+    Controls,
+    parse_density,
+    parse_key,
+    parse_meter,
+    parse_style,
+)
+from tasks.arguments import count, non_negative_float, sampling_from_args
 
 
 # ---------------------------------------------------------------------------------- multimodal generate
@@ -31,7 +49,8 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                              "continued once, --batch-size at a time, into <name>.mid/.png/.wav")  # fmt: skip
     parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8,
                         help=f"a folder of primers: files per batch (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
-    parser.add_argument("--primer-seconds", type=positive_float, default=5.0, help="length of the primer (s)")
+    parser.add_argument("--primer-seconds", type=non_negative_float, default=5.0,
+                        help="length of the primer (s); 0: start from nothing, as the controls say")  # fmt: skip
     parser.add_argument("--num-samples", type=count(MAX_SAMPLES), default=1,
                         help=f"continuations of the primer (at most {MAX_SAMPLES:,})")  # fmt: skip
     parser.add_argument("--max-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=512,
@@ -39,6 +58,11 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-audio", action="store_true", help="skip the WAV preview")
     parser.add_argument("--soundfont", default=None, help="a .sf2/.sf3 file to render the WAV with, or 'sine' "
                         "(default: $MULTIMODAL_SOUNDFONT, else pretty_midi's TimGM6mb.sf2; docs/music.md)")  # fmt: skip
+    directed = parser.add_argument_group("controls (models trained with data.controls: true; docs/music.md)")
+    directed.add_argument("--style", type=_control(parse_style), help=f"one of: {', '.join(STYLES)}")
+    directed.add_argument("--key", type=_control(parse_key), help="tonic and mode, e.g. 'G minor', 'Bb major'")
+    directed.add_argument("--meter", type=_control(parse_meter), help="time signature, e.g. 3/4, 6/8")
+    directed.add_argument("--density", type=_control(parse_density), help="notes per second, e.g. 4")
     parser.add_argument("--num-beams", type=count(MAX_BEAMS), default=1,
                         help=f"beam search: the --num-samples best of N beams instead of samples (at most "
                              f"{MAX_BEAMS})")  # fmt: skip
@@ -49,18 +73,24 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
 
     Without ``--primer`` the primer is the first held-out piece of the run (``data``: its data settings).
     """
+    asked = [f"--{name}" for name in CONTROL_NAMES if getattr(args, name, None) is not None]
+    if asked and not getattr(tokenizer.config, "controls", False):
+        raise ValueError(f"{'/'.join(asked)}: this model was trained without controls; train one with "
+                         "data.controls: true (docs/music.md)")  # fmt: skip
     if args.primer is not None and args.primer.is_dir():
         _continue_folder(model, tokenizer, args)
         return
     if args.primer is not None:
-        notes, source = notes_from_midi(args.primer), str(args.primer)
-        if not len(notes[notes[:, 1] < args.primer_seconds]):
+        notes, source = read_primer(args.primer, tokenizer), str(args.primer)
+        if not len(notes[notes[:, 1] < args.primer_seconds]) and args.primer_seconds > 0:
             raise ValueError(f"{args.primer}: no note (outside drum tracks) starts in its first "
                              f"{args.primer_seconds:g} s; give a longer --primer-seconds or another file")  # fmt: skip
+    elif args.primer_seconds == 0:
+        notes, source = np.empty((0, 4)), "nothing"
     else:
         held_out = run_pieces(data, "val")
         notes, source = held_out.notes[0], f"held-out piece {held_out.names[0]}"
-    primer = primer_ids(notes, tokenizer, args.primer_seconds)
+    primer = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args))
     paths = continue_music(
         model, tokenizer, primer, args.out, sampling_from_args(args), num_samples=args.num_samples,
         max_new_tokens=args.max_new_tokens, seed=args.seed, progress=True, audio=not args.no_audio,
@@ -71,6 +101,24 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav preview'})")
 
 
+def _control(parse: Callable[[str], int]) -> Callable[[str], int]:
+    """An argument type from a control's parser: its ValueError becomes argparse's one-line error."""
+
+    def argument(text: str) -> int:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    argument.__name__ = parse.__name__.removeprefix("parse_")
+    return argument
+
+
+def _controls_from(args: argparse.Namespace) -> Controls:
+    """The controls asked for on the command line (unknown where not given)."""
+    return Controls(*(getattr(args, name, None) for name in CONTROL_NAMES))
+
+
 def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
     """``--primer FOLDER``: every MIDI file in it (corrupt or note-less ones skipped, named) continued once."""
     if args.num_beams > 1 or args.num_samples > 1:
@@ -78,7 +126,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
     primers, skipped = {}, []
     for path in sorted(p for p in args.primer.rglob("*") if p.suffix.lower() in (".mid", ".midi")):
         try:
-            notes = notes_from_midi(path)
+            notes = read_primer(path, tokenizer)
         except ValueError as error:
             skipped.append(str(error))
             continue
@@ -86,7 +134,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
             skipped.append(f"{path}: no note starts in its first {args.primer_seconds:g} s")
             continue
         primers[path.relative_to(args.primer).with_suffix("").as_posix().replace("/", "_")] = primer_ids(
-            notes, tokenizer, args.primer_seconds
+            notes, tokenizer, args.primer_seconds, _controls_from(args)
         )
     for problem in skipped:
         warnings.warn(f"skipping {problem}", stacklevel=2)
@@ -121,7 +169,7 @@ def run_perplexity(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Na
     ``val_nll``. Files that cannot be read are skipped with a warning.
     """
     seq_len = args.seq_len if args.seq_len is not None else data.get("seq_len") or model.config.max_seq_len
-    corpus = load_midi_files(args.files)
+    corpus = load_midi_files(args.files, parts=getattr(tokenizer.config, "num_parts", 1) > 1)
     print(f"windows of {seq_len} events; nll in nats per event, per note and per second of music")
     print(f"{'file':<44} {'events':>8} {'notes':>7} {'seconds':>8} {'/event':>8} {'/note':>8} {'/second':>8}")
     total = MusicScore(0.0, 0, 0, 0.0)
@@ -153,6 +201,10 @@ def run_pieces(data: Mapping[str, Any], split: str) -> MidiCorpus:
     """
     from tasks.datamodules.music import midi_folder_corpus
 
-    midi_dir = data.get("midi_dir")
-    corpus = midi_folder_corpus(midi_dir) if midi_dir else load_bach_chorales(limit=data.get("limit"))
+    midi_dir, collections = data.get("midi_dir"), data.get("collections")
+    if collections:
+        corpus = load_music21_corpus(check_collections(list(collections), warn=False), limit=data.get("limit"),
+                                     num_parts=data.get("num_parts", 1))  # fmt: skip
+    else:
+        corpus = midi_folder_corpus(midi_dir) if midi_dir else load_bach_chorales(limit=data.get("limit"))
     return corpus.split(split, data.get("validation_percent", 10), data.get("test_percent", 0))

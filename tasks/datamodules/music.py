@@ -16,9 +16,12 @@ from multimodal.data.music import (
     MidiWindowDataset,
     load_bach_chorales,
 )
+from multimodal.data.music21_collections import check_collections
+from multimodal.data.music21_corpus import convert_collections, load_music21_corpus
 from multimodal.data.resumable import ResumableLoader
 from multimodal.tokenizers.midi import MidiTokenizer, MidiTokenizerConfig
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+from multimodal.tokenizers.music_controls import DEFAULT_DROPOUT
 from tasks.datamodules.checks import check_options, check_percents
 from tasks.datamodules.sampling import evaluation_sampler
 
@@ -29,7 +32,7 @@ VOCABULARIES = {
 
 
 class MusicDataModule(pl.LightningDataModule):
-    """MIDI events: the Bach chorales bundled with music21, or your own MIDI folder.
+    """MIDI events: the Bach chorales bundled with music21, other music21 collections, or your own MIDI folder.
 
     Training items are random ``seq_len + 1`` windows of augmented pieces; validation covers
     every token of every held-out piece once (see :mod:`multimodal.data.music` for the split).
@@ -38,7 +41,11 @@ class MusicDataModule(pl.LightningDataModule):
         midi_dir: A folder of ``.mid``/``.midi`` files (searched recursively), parsed once into a
             memory-mapped note cache (:mod:`multimodal.data.midi_cache`; later runs parse only new or
             changed files); None for the chorales.
-        limit: Use only the first ``limit`` chorales (quick runs); ignored with ``midi_dir``.
+        collections: Collections of music21's corpus (:mod:`multimodal.data.music21_corpus`, e.g.
+            ``[oneills1850, ryansMammoth]``), converted once into a note cache, each piece's parts
+            kept; None for the chorales. Opt-in collections warn with their licence. Not with ``midi_dir``.
+        limit: Use only the first ``limit`` chorales (or pieces of ``collections``, by name; quick
+            runs); ignored with ``midi_dir``.
         seq_len: Model positions per window.
         batch_size: Windows per batch.
         epoch_length: Training windows per epoch.
@@ -54,6 +61,17 @@ class MusicDataModule(pl.LightningDataModule):
         num_time_shifts: TIME_SHIFT events (longest shift = ``num_time_shifts * time_step``).
         num_velocity_bins: VELOCITY events.
         max_duration_steps: ``vocabulary="duration"``: the longest note in steps (longer ones are cut).
+        num_parts: ``vocabulary="duration"`` with ``collections``: notes keep their part (voice or
+            instrument, top to bottom as the score lists them) in the tokens, ``PITCH`` ids naming
+            part and pitch (:mod:`~multimodal.tokenizers.midi_duration`); pieces with more parts are
+            left out. 1: parts merged into one.
+        part_names: Track names of the parts in written MIDI files (default ``Part 1``, ...).
+        part_programs: General MIDI programs of the parts in written files (default 0, piano).
+        controls: ``vocabulary="duration"`` with ``collections``: every sequence opens with STYLE, KEY,
+            METER and DENSITY tokens (:mod:`~multimodal.tokenizers.music_controls`), so generation
+            can be directed (``--style``, ``--key``, ...).
+        control_dropout: Chance that a training window hides each control (writes it as unknown), so
+            the model also samples with any of them left out.
         num_workers: DataLoader worker processes.
         seed: Training windows are a function of ``(seed, epoch, index)`` (each process of a
             distributed run its own, a resumed run the same as an uninterrupted one).
@@ -77,6 +95,12 @@ class MusicDataModule(pl.LightningDataModule):
         max_duration_steps: int = 800,
         num_workers: int = 0,
         seed: int = 0,
+        collections: list[str] | None = None,
+        num_parts: int = 1,
+        part_names: list[str] | None = None,
+        part_programs: list[int] | None = None,
+        controls: bool = False,
+        control_dropout: float = DEFAULT_DROPOUT,
     ) -> None:
         super().__init__()
         check_options({"seq_len": 1, "batch_size": 1, "epoch_length": 1, "limit": 1, "num_workers": 0,
@@ -87,15 +111,29 @@ class MusicDataModule(pl.LightningDataModule):
         check_percents(validation_percent=validation_percent, test_percent=test_percent)
         if not 0 < stretch_range[0] <= stretch_range[1]:
             raise ValueError(f"stretch_range={list(stretch_range)}: must be [low, high] with 0 < low <= high")
+        if collections is not None:
+            if midi_dir is not None:
+                raise ValueError("give midi_dir or collections, not both")
+            collections = check_collections(list(collections), warn=False)
+        if num_parts != 1 and (vocabulary != "duration" or collections is None):
+            raise ValueError(f"num_parts={num_parts}: parts need vocabulary: duration and music21 collections "
+                             "(e.g. collections: [bach]); a MIDI folder's cache keeps its tracks merged")  # fmt: skip
+        if controls and (vocabulary != "duration" or collections is None):
+            raise ValueError("controls: true needs vocabulary: duration and music21 collections (their pieces say "
+                             "style, key and meter)")  # fmt: skip
+        if not 0 <= control_dropout <= 1:
+            raise ValueError(f"control_dropout={control_dropout} must lie in [0, 1]")
         self.save_hyperparameters()  # kept in checkpoints: `multimodal sample-stats` finds the held-out pieces
         self.midi_dir, self.limit, self.seq_len, self.batch_size = midi_dir, limit, seq_len, batch_size
         self.epoch_length, self.validation_percent, self.num_workers = epoch_length, validation_percent, num_workers
-        self.test_percent, self.seed = test_percent, seed
+        self.test_percent, self.seed, self.collections, self.num_parts = test_percent, seed, collections, num_parts
+        self.control_dropout = control_dropout
         self.augmentation = MidiAugmentation(max_transpose, tuple(stretch_range))
         if vocabulary not in VOCABULARIES:
             raise ValueError(f"vocabulary must be one of {sorted(VOCABULARIES)}, got {vocabulary!r}")
         tokenizer_class, config_class = VOCABULARIES[vocabulary]
-        extra = {"max_duration_steps": max_duration_steps} if vocabulary == "duration" else {}
+        extra = {"max_duration_steps": max_duration_steps, "num_parts": num_parts, "part_names": part_names or (),
+                 "part_programs": part_programs or (), "controls": controls} if vocabulary == "duration" else {}  # fmt: skip
         self.tokenizer = tokenizer_class(config_class(time_step, num_time_shifts, num_velocity_bins, **extra))
         self.corpus: MidiCorpus | None = None
         self._totals: dict[str, dict[str, float]] = {}
@@ -112,12 +150,16 @@ class MusicDataModule(pl.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Converts and caches the chorales, or ingests ``midi_dir``, once (one process of a distributed run)."""
-        if self.midi_dir is None:
+        if self.collections is not None:
+            convert_collections(self.collections, progress=False)
+        elif self.midi_dir is None:
             load_bach_chorales(limit=self.limit)
         else:
             ingest_midi(self.midi_dir, progress=False)
 
     def setup(self, stage: str | None = None) -> None:
+        if self.corpus is None and self.collections is not None:
+            self.corpus = load_music21_corpus(self.collections, limit=self.limit, num_parts=self.num_parts)
         if self.corpus is None:
             self.corpus = midi_folder_corpus(self.midi_dir) if self.midi_dir else load_bach_chorales(limit=self.limit)
 
@@ -128,7 +170,7 @@ class MusicDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         data = MidiWindowDataset(self.split("train"), self.tokenizer, self.seq_len, self.epoch_length,
-                                 self.augmentation, seed=self.seed)  # fmt: skip
+                                 self.augmentation, seed=self.seed, control_dropout=self.control_dropout)  # fmt: skip
         return ResumableLoader(data, batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
