@@ -2,6 +2,8 @@
 
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +172,33 @@ def test_length_extrapolation_scores_every_scheme_at_every_length(tmp_path):
     rows = _rows(out)
     assert sorted(r["scheme"] for r in rows) == ["alibi", "rotary"]
     assert all(math.isfinite(r["nll@1x"]) and math.isfinite(r["nll@2x"]) for r in rows)
+
+
+def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_seed(tmp_path):
+    """A few real chorales and madrigals (held-out pieces of both among them), a two-step model."""
+    from multimodal.data.music21_corpus import music21_corpus_dir
+
+    corpus = tmp_path / "corpus"
+    pieces = {"bach": ["bwv269", "bwv347", "bwv104.6", "bwv174.5", "bwv175.7"],
+              "monteverdi": ["madrigal.3.1", "madrigal.3.9", "madrigal.3.17"]}  # fmt: skip
+    for collection, names in pieces.items():
+        (corpus / collection).mkdir(parents=True)
+        for name in names:
+            shutil.copy(music21_corpus_dir() / collection / f"{name}.mxl", corpus / collection)
+    env = {**os.environ, "MULTIMODAL_MUSIC21_CORPUS": str(corpus), "MULTIMODAL_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "direction.jsonl"
+    tiny = [sys.executable, str(ROOT / "benchmarks" / "music_direction.py"), "--tiny", "--steps", "2", "--new-tokens",
+            "24", "--per-key", "1", "--per-style", "2", "--pieces", "1", "--seeds", "0", "--root",
+            str(tmp_path / "runs"), "--out", str(out),
+            "--set", "--data.init_args.collections=[bach,monteverdi]"]  # fmt: skip
+    done = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = _rows(out)
+    assert row["key_samples"] == 24 and 0 <= row["key_accuracy"] <= 1 and 0 <= row["key_baseline_accuracy"] <= 1
+    assert row["styles"] == ["chorale", "renaissance"] and 0 <= row["style_accuracy"] <= 1
+    assert set(row["overlaps"]) == {"bach", "monteverdi"}
+    assert all(0 <= value["duration"] <= 1 for value in row["overlaps"].values())
+    assert math.isfinite(row["test_nats_per_note"]) and row["test_pieces"] == 2  # bwv175.7 has six parts: left out
+    again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
+    assert "| key_accuracy |" in again.stdout

@@ -39,11 +39,14 @@ _CORPUS_TERMS = ("no licence in the files; music21's corpus/license.txt: \"distr
                  "(none is embedded here)")  # fmt: skip
 
 COLLECTIONS: dict[str, Collection] = {
-    "bach": Collection("bach", _CORPUS_TERMS + "; the MusicXML credits read \"PDF ©2004 Margaret Greentree\"",
-                       True, "J. S. Bach: the chorales (the project's default corpus) and a few other works"),
+    "bach": Collection("bach", _CORPUS_TERMS + "; the MusicXML credits read \"PDF © 2004 Margaret Greentree\", "
+                       "\"used by permission\"", True,
+                       "J. S. Bach: the chorales (the project's default corpus) and a few other works"),
     "monteverdi": Collection("monteverdi", _CORPUS_TERMS, True, "Monteverdi madrigals, books 3-5 (MusicXML)"),
-    "trecento": Collection("trecento", _CORPUS_TERMS + "; some files carry an empty <rights>Copyright © </rights>",
-                           True, "14th-century Italian pieces (MusicXML)"),
+    "trecento": Collection("trecento", _CORPUS_TERMS + "; the files carry an empty <rights>Copyright © </rights> "
+                           "and are named after the volumes of Polyphonic Music of the Fourteenth Century (PMFC), a "
+                           "copyrighted edition: whether derived weights may be shared is not stated, so opt-in",
+                           False, "14th-century Italian pieces (MusicXML)"),
     "oneills1850": Collection("oneills1850", _CORPUS_TERMS + "; files: \"Transcribed by Norbert Paap\"", True,
                               "O'Neill's Music of Ireland (1850 tunes, ABC)"),
     "ryansMammoth": Collection("ryansMammoth", _CORPUS_TERMS + "; tunes: \"Contributed by ...\"", True,

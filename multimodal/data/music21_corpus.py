@@ -54,8 +54,15 @@ DEFAULT_VELOCITY = 90  # and its notes without a dynamic this loud
 SOURCE_SUFFIXES = (".mxl", ".xml", ".musicxml", ".krn", ".abc")
 
 
+CORPUS_ENV = "MULTIMODAL_MUSIC21_CORPUS"
+
+
 def music21_corpus_dir() -> Path:
-    """music21's corpus folder (the wheel's ``music21/corpus``)."""
+    """music21's corpus folder (the wheel's ``music21/corpus``), or ``$MULTIMODAL_MUSIC21_CORPUS``: a folder
+    laid out the same way (``<collection>/<files>``: a subset for quick runs, or your own MusicXML / ABC /
+    Humdrum files under a collection's name)."""
+    if os.environ.get(CORPUS_ENV):
+        return Path(os.environ[CORPUS_ENV])
     import music21
 
     return Path(music21.__file__).parent / "corpus"

@@ -1,0 +1,229 @@
+"""Does a directed music model do what it is told? Key, style and quality of a model with parts and controls.
+
+One model per seed is trained with ``configs/music_directed.yaml`` (parts, style / key / meter /
+density tokens, the default music21 collections) for ``--steps`` steps; its best checkpoint on the
+**validation** pieces is then measured once on what the **test** split and the controls give:
+
+    key      48 pieces sampled from nothing, two for each of the 24 keys, with the key token set; the
+             key music21's Krumhansl–Schmuckler analysis finds in each must equal the requested one
+             (tonic and mode; a relative major/minor is a miss). Baseline: the same model and seeds
+             with the key left unknown (the rate at which it lands on the requested key by itself).
+    style    16 pieces sampled from nothing per style of the default collections, the style token set;
+             a logistic regression on pitch-class, melodic-interval, duration and polyphony histograms,
+             trained on the real training pieces, names each sample's style. Its accuracy on the real
+             test pieces is the scale.
+    quality  per collection, up to ``--pieces`` test pieces continued from their first
+             ``--primer-seconds`` with their own controls: the duration and polyphony histogram overlaps
+             with the real continuations (``multimodal sample-stats``'s statistics).
+    nll      nats per note and per second of music on every test piece.
+
+Each seed appends one JSON line to ``--out`` (a stopped sweep keeps what finished; a seed already
+there is not run again); ``--table`` prints mean ± sd over seeds. Run it alone on the machine::
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/music_direction.py --seeds 0 1 2
+    .venv/bin/python benchmarks/music_direction.py --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import load, record, spread
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=1500, help="training steps per seed")
+    parser.add_argument("--new-tokens", type=int, default=384, help="tokens sampled per piece from nothing")
+    parser.add_argument("--per-key", type=int, default=2, help="samples per key (24 keys)")
+    parser.add_argument("--per-style", type=int, default=16, help="samples per style")
+    parser.add_argument("--pieces", type=int, default=8, help="test pieces continued per collection")
+    parser.add_argument("--primer-seconds", type=float, default=4.0)
+    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "music_direction", help="the runs' folder")
+    parser.add_argument("--set", nargs=argparse.REMAINDER, default=[],
+                        help="(last) more fit options, e.g. --set --data.init_args.limit=20")  # fmt: skip
+    parser.add_argument("--tiny", action="store_true", help="the test suite's size: tiny model and samples")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "music_direction.jsonl")
+    parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
+    args = parser.parse_args()
+    if args.table:
+        print(table(load(args.out)))
+        return
+    torch.set_num_threads(2)
+    done = {row["seed"] for row in load(args.out) if row.get("steps") == args.steps}
+    for seed in args.seeds:
+        if seed in done:
+            print(f"seed {seed}: already in {args.out}")
+            continue
+        started = time.perf_counter()
+        checkpoint = train(seed, args)
+        result = {"seed": seed, "steps": args.steps, "train_seconds": round(time.perf_counter() - started, 1),
+                  **measure(checkpoint, seed, args)}  # fmt: skip
+        record(args.out, result, stage="report")
+        print(json.dumps(result))
+    print(table(load(args.out)))
+
+
+def train(seed: int, args: argparse.Namespace) -> Path:
+    """Fits (or resumes) seed ``seed``'s run; returns its best checkpoint (chosen on validation)."""
+    run = args.root / "lightning_logs" / f"seed{seed}"
+    configs = ["--config", str(CONFIGS / "music_continuation.yaml"), "--config", str(CONFIGS / "music_directed.yaml")]
+    if args.tiny:
+        configs += ["--config", str(CONFIGS / "music_continuation_tiny.yaml")]
+    command = [sys.executable, "-m", "tasks.cli", "fit", *configs, "--seed_everything", str(seed),
+               "--trainer.max_steps", str(args.steps), "--trainer.max_time", "null", "--trainer.enable_progress_bar",
+               "false", "--trainer.default_root_dir", str(args.root), "--run_name", f"seed{seed}", *args.set]  # fmt: skip
+    if (run / "checkpoints" / "last.ckpt").is_file():
+        command += ["--ckpt_path", "last"]  # an interrupted run resumes; a finished one stops at once
+    subprocess.run(command, cwd=ROOT, check=True)
+    best = run / "checkpoints" / "best.ckpt"
+    return best if best.is_file() else run / "checkpoints" / "last.ckpt"
+
+
+def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
+    """The key, style, quality and NLL numbers of one trained model (module docstring)."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+    from multimodal.music import evaluate_continuations, overlaps, score_music
+    from multimodal.tokenizers.music_controls import KEYS, STYLES, Controls
+    from tasks.checkpoint import load_task
+
+    task, tokenizer, data = load_task(checkpoint)
+    model = task.model.eval()
+    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
+    splits = {name: corpus.split(name, data.get("validation_percent", 10), data.get("test_percent", 10))
+              for name in ("train", "test")}  # fmt: skip
+    result = {"checkpoint": str(checkpoint.relative_to(ROOT) if checkpoint.is_relative_to(ROOT) else checkpoint)}
+
+    # key: the requested key against music21's analysis, with and without the key token
+    keys = [index for index in range(len(KEYS)) for _ in range(args.per_key)]
+    for name, given in (("key", True), ("key_baseline", False)):
+        prompts = [Controls(key=key if given else None) for key in keys]
+        samples = sample_from_nothing(model, tokenizer, prompts, args.new_tokens, seed)
+        found = [analysed_key(notes) for notes in samples]
+        result[f"{name}_accuracy"] = float(np.mean([hit == key for hit, key in zip(found, keys, strict=True)]))
+    result["key_samples"] = len(keys)
+
+    # style: a classifier of the real training pieces names the style of each sample
+    styles = sorted({style for style in (controls.style for controls in splits["train"].controls) if style is not None})
+    classifier = style_classifier(splits["train"])
+    test_pieces = [(notes, c.style) for notes, c in zip(splits["test"].notes, splits["test"].controls, strict=True)
+                   if c.style in styles]  # fmt: skip
+    result["style_classifier_test_accuracy"] = float(np.mean(
+        classifier.predict(np.stack([style_features(notes) for notes, _ in test_pieces])) == [s for _, s in test_pieces]))
+    asked = [style for style in styles for _ in range(args.per_style)]
+    samples = sample_from_nothing(model, tokenizer, [Controls(style=style) for style in asked], args.new_tokens, seed)
+    usable = [i for i, notes in enumerate(samples) if len(notes) >= 8]
+    predicted = classifier.predict(np.stack([style_features(samples[i]) for i in usable])) if usable else []
+    result["style_accuracy"] = float(np.sum(np.array(predicted) == [asked[i] for i in usable]) / len(asked))
+    result["styles"] = [list(STYLES)[style] for style in styles]
+
+    # quality per collection, and the test NLL
+    test = splits["test"]
+    by_collection: dict[str, list[int]] = {}
+    for index, name in enumerate(test.names):
+        by_collection.setdefault(name.split("/")[0], []).append(index)
+    result["overlaps"] = {}
+    for collection, indices in sorted(by_collection.items()):
+        chosen = indices[: args.pieces]
+        generated, reference, _ = evaluate_continuations(
+            model, tokenizer, [test.notes[i] for i in chosen], primer_seconds=args.primer_seconds,
+            max_new_tokens=args.new_tokens, top_p=0.95, seed=seed, controls=[test.controls[i] for i in chosen])  # fmt: skip
+        found = overlaps(generated, reference)
+        result["overlaps"][collection] = {"pieces": len(chosen), "duration": found["duration"],
+                                          "polyphony": found["polyphony"]}  # fmt: skip
+    scores = [score_music(model, tokenizer, notes, data.get("seq_len", 256)) for notes in test.notes]
+    total = sum(scores[1:], scores[0])
+    result.update(test_nats_per_note=total.per_note, test_nats_per_second=total.per_second, test_pieces=len(test))
+    return result
+
+
+def sample_from_nothing(model, tokenizer, controls: list, new_tokens: int, seed: int) -> list[np.ndarray]:
+    """One piece per entry of ``controls``, sampled (top-p 0.95) from ``BOS`` and the control tokens."""
+    from multimodal.generation.sample import generate_batch
+
+    torch.manual_seed(seed)
+    samples = []
+    for start in range(0, len(controls), 16):
+        prompts = [[tokenizer.bos_id, *tokenizer.control_ids(c)] for c in controls[start : start + 16]]
+        rows = generate_batch(model, prompts, new_tokens, top_p=0.95, eos_id=tokenizer.eos_id)
+        samples += [tokenizer.decode_notes(row) for row in rows]
+    return samples
+
+
+def analysed_key(notes: np.ndarray) -> int | None:
+    """The key index music21's Krumhansl–Schmuckler analysis finds in ``notes`` (seconds as quarter notes x 2)."""
+    from music21 import note, stream
+
+    from multimodal.tokenizers.music_controls import parse_key
+
+    if len(notes) == 0:
+        return None
+    part = stream.Stream()
+    for pitch, start, end, *_ in notes:
+        part.insert(float(start) * 2, note.Note(int(pitch), quarterLength=max(float(end - start) * 2, 0.125)))
+    found = part.analyze("key")
+    return parse_key(f"{found.tonic.name.replace('-', 'b')} {found.mode}") if found.mode in ("major", "minor") else None
+
+
+def style_features(notes: np.ndarray) -> np.ndarray:
+    """Pitch-class (duration-weighted), melodic-interval, duration and polyphony histograms, and density."""
+    notes = notes[np.lexsort((-notes[:, 0], notes[:, 1]))]
+    durations = notes[:, 2] - notes[:, 1]
+    pitch_classes = np.bincount(notes[:, 0].astype(int) % 12, weights=durations, minlength=12)
+    onsets, first = np.unique(notes[:, 1], return_index=True)
+    top = notes[first, 0]  # the highest note of each onset
+    intervals = np.bincount(np.clip(np.diff(top), -12, 12).astype(int) + 12, minlength=25)
+    lengths = np.histogram(durations, bins=[0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.9, 1.2, 1.8, 2.5, np.inf])[0]
+    sounding = np.array([np.sum((notes[:, 1] <= t) & (notes[:, 2] > t)) for t in onsets])
+    polyphony = np.bincount(np.clip(sounding, 1, 6) - 1, minlength=6)
+    seconds = max(float(notes[:, 2].max() - notes[:, 1].min()), 1e-3)
+    parts = [pitch_classes, intervals, lengths, polyphony]
+    return np.concatenate([part / max(part.sum(), 1e-9) for part in parts] + [[np.log(len(notes) / seconds)]])
+
+
+def style_classifier(train):
+    """Logistic regression from :func:`style_features` to style, fitted on the real training pieces."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rows = [(style_features(notes), c.style) for notes, c in zip(train.notes, train.controls, strict=True)
+            if c.style is not None and len(notes) >= 8]  # fmt: skip
+    features, labels = np.stack([f for f, _ in rows]), np.array([s for _, s in rows])
+    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000, class_weight="balanced")).fit(
+        features, labels)
+
+
+def table(rows: list[dict]) -> str:
+    """Mean ± sd over seeds of each measurement."""
+    rows = [row for row in rows if row.get("stage") == "report"]
+    if not rows:
+        return "no results yet"
+    lines = [f"{len(rows)} seed(s), {rows[0]['steps']} steps each", "", "| measure | mean ± sd |", "|---|---:|"]
+    for key in ("key_accuracy", "key_baseline_accuracy", "style_accuracy", "style_classifier_test_accuracy",
+                "test_nats_per_note", "test_nats_per_second"):  # fmt: skip
+        lines.append(f"| {key} | {spread([row[key] for row in rows], 3)} |")
+    for collection in rows[0]["overlaps"]:
+        for feature in ("duration", "polyphony"):
+            values = [row["overlaps"][collection][feature] for row in rows if collection in row["overlaps"]]
+            lines.append(f"| {collection} {feature} overlap | {spread(values, 3)} |")
+    lines.append(f"| training seconds | {statistics.fmean(row['train_seconds'] for row in rows):.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
