@@ -1,4 +1,5 @@
-"""The music page: continue a held-out chorale or your own MIDI file, hear it, see it, download it."""
+"""The music page: continue a held-out piece or your own MIDI file (or start from nothing), directed by
+style, key, meter and density when the model knows them; hear it, see it, download it."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from multimodal.generation import SamplingConfig
-from multimodal.music import continue_music, primer_ids
-from multimodal.tokenizers.midi_files import notes_from_midi
+from multimodal.music import continue_music, parse_controls, primer_ids, read_primer
+from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
 from tasks.commands.music import run_pieces
 from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
 SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0)
+NOTHING = "(nothing: the controls lead)"  # the piece choice that starts from silence
 KEEP = 32  # request folders kept (Gradio serves its own copies): the server's disk use stays bounded
 
 
@@ -37,10 +41,13 @@ class MusicSession:
 
     def continue_primer(
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
-        seed: int,
+        seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
+        density: float | None = None,
     ) -> tuple[str | None, str | None, str | None, str]:
-        """``(wav, piano roll png, midi, message)`` for a held-out ``piece`` or an uploaded MIDI file (it wins);
-        a ``gradio.Error`` (one line) for an upload that is not MIDI or a setting outside its widget's bounds."""
+        """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
+        or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
+        trained with controls (empty: the model's choice). A ``gradio.Error`` (one line) for an upload that is
+        not MIDI, a setting outside its widget's bounds, or a control the model does not know."""
         import gradio as gr
 
         seconds = bounded("primer (seconds)", seconds, *SECONDS)
@@ -49,25 +56,35 @@ class MusicSession:
         top_p = bounded("top-p", top_p, *TOP_P)
         seed = int(bounded("seed", seed, *SEEDS, whole=True))
         try:
+            controls = parse_controls(style or None, key or None, meter or None, density or None)
+        except ValueError as error:
+            raise gr.Error(str(error)) from None
+        try:
             if upload:
-                notes, source = notes_from_midi(upload), Path(upload).name
+                notes, source = read_primer(upload, self.tokenizer), Path(upload).name
+            elif piece == NOTHING:
+                notes, source, seconds = np.empty((0, 4)), "nothing", 0.0
             elif piece in self.pieces:
                 notes, source = self.pieces[piece], f"held-out piece {piece}"
             else:
                 return None, None, None, "Choose a held-out piece or upload a MIDI file."
-            if not len(notes[notes[:, 1] < seconds]):
+            if seconds and not len(notes[notes[:, 1] < seconds]):
                 return None, None, None, f"{source}: no note starts in its first {seconds:g} s; give a longer primer."
         except ValueError as error:  # not MIDI, or broken: one line on the page, an error through the API
             reason = " ".join(str(error).replace(str(upload), Path(upload).name).split())
             raise gr.Error(f"Could not read the upload: {reason}") from None
-        primer = primer_ids(notes, self.tokenizer, seconds)
+        try:
+            primer = primer_ids(notes, self.tokenizer, seconds, controls)
+        except ValueError as error:  # controls asked of a model without them
+            raise gr.Error(str(error)) from None
         number = next(self.count)
         shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
         out = self.folder / f"request_{number}"
         sampling = SamplingConfig(temperature=temperature, top_p=top_p)
         (path,) = continue_music(self.task.model, self.tokenizer, primer, out, sampling, max_new_tokens=length,
                                  seed=seed, audio=True)  # fmt: skip
-        message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events."
+        asked = f" Asked for {controls.describe()}." if any(v is not None for v in controls.values()) else ""
+        message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events.{asked}"
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
 
 
@@ -76,7 +93,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
     import gradio as gr
 
     session = MusicSession(task, tokenizer, data)
-    names = list(session.pieces)
+    names = [*session.pieces, NOTHING]
+    directed = bool(getattr(tokenizer.config, "controls", False))
     with gr.Blocks(title="multimodal: music continuation") as page:
         gr.Markdown(f"# Music continuation\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out "
                     f"piece or upload a MIDI file; the model continues its first seconds.")  # fmt: skip
@@ -89,12 +107,18 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
+                with gr.Row(visible=directed):  # a model trained with controls (docs/music.md)
+                    style = gr.Dropdown(["", *STYLES], value="", label="style")
+                    key = gr.Dropdown(["", *KEYS], value="", label="key")
+                    meter = gr.Dropdown(["", *METERS[:-1]], value="", label="meter")
+                    density = gr.Number(None, minimum=0.1, maximum=50, label="notes per second")
                 button = gr.Button("Continue", variant="primary")
             with gr.Column():
                 message = gr.Markdown()
                 audio = gr.Audio(label="listen", type="filepath")
                 roll = gr.Image(label="piano roll: primer blue, continuation orange", type="filepath")
                 midi = gr.File(label="MIDI")
-        button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed],
+        button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
+                                                key, meter, density],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

@@ -60,6 +60,18 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     prompt = primer_ids(torch.empty(0, 4).numpy(), tokenizer, 0, asked)
     assert prompt == [tokenizer.bos_id, *tokenizer.control_ids(asked)] and tokenizer.controls_in(prompt) == asked
 
+    import gradio as gr
+
+    from tasks.serve.music import NOTHING, MusicSession
+
+    session = MusicSession(task, tokenizer, data)  # the serve page's fields
+    wav, roll, midi_path, message = session.continue_primer(NOTHING, None, 3.0, 32, 1.0, 0.95, 0, style="chorale",
+                                                            key="G minor", meter="", density=None)  # fmt: skip
+    assert "from nothing" not in message and "nothing" in message and "key=G minor" in message
+    assert Path(wav).is_file() and Path(roll).is_file() and Path(midi_path).is_file()
+    with pytest.raises(gr.Error, match="key 'H major'"):
+        session.continue_primer(NOTHING, None, 3.0, 32, 1.0, 0.95, 0, key="H major")
+
     from music21 import converter
 
     primer = tmp_path / "bwv269.mid"  # four tracks, as music21 writes a chorale
@@ -84,3 +96,12 @@ def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chor
                           capsys, monkeypatch)  # fmt: skip
     assert "--style" in line and "unknown style 'jazz'" in line
     assert not (tmp_path / "x").exists()
+
+    import gradio as gr
+
+    from tasks.serve.music import MusicSession
+
+    task, tokenizer, data = load_task(checkpoint)
+    session = MusicSession(task, tokenizer, data)
+    with pytest.raises(gr.Error, match="trained without controls"):
+        session.continue_primer(next(iter(session.pieces)), None, 3.0, 32, 1.0, 0.95, 0, style="chorale")
