@@ -40,6 +40,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread
 
+from multimodal.tokenizers.music_controls import KEYS
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
@@ -59,9 +61,14 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="the test suite's size: tiny model and samples")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "music_direction.jsonl")
     parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
+    parser.add_argument("--figure", type=Path, help="draw two chorales from nothing in two keys with seed 0's model "
+                        "into this PNG (the README's picture) and stop")  # fmt: skip
     args = parser.parse_args()
     if args.table:
         print(table(load(args.out)))
+        return
+    if args.figure:
+        two_keys_figure(args.root / "lightning_logs" / "seed0" / "checkpoints" / "best.ckpt", args.figure)
         return
     torch.set_num_threads(2)
     done = {row["seed"] for row in load(args.out) if row.get("steps") == args.steps}
@@ -85,6 +92,7 @@ def train(seed: int, args: argparse.Namespace) -> Path:
     if args.tiny:
         configs += ["--config", str(CONFIGS / "music_continuation_tiny.yaml")]
     command = [sys.executable, "-m", "tasks.cli", "fit", *configs, "--seed_everything", str(seed),
+               "--data.init_args.seed", str(seed),  # the training windows differ between seeds too
                "--trainer.max_steps", str(args.steps), "--trainer.max_time", "null", "--trainer.enable_progress_bar",
                "false", "--trainer.default_root_dir", str(args.root), "--run_name", f"seed{seed}", *args.set]  # fmt: skip
     if (run / "checkpoints" / "last.ckpt").is_file():
@@ -206,6 +214,37 @@ def style_classifier(train):
     features, labels = np.stack([f for f, _ in rows]), np.array([s for _, s in rows])
     return make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000, class_weight="balanced")).fit(
         features, labels)
+
+
+def two_keys_figure(checkpoint: Path, path: Path, keys: tuple[str, str] = ("D major", "G minor")) -> None:
+    """Two chorales sampled from nothing with seed 0's model, the same seed, only the key token different."""
+    import matplotlib.pyplot as plt
+
+    from multimodal.generation.sample import generate
+    from multimodal.music import parse_controls
+    from tasks.checkpoint import load_task
+
+    task, tokenizer, _ = load_task(checkpoint)
+    figure, axes = plt.subplots(1, 2, figsize=(12, 3.6), sharey=True)
+    colours = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b2"]  # one per part
+    for axis, key in zip(axes, keys, strict=True):
+        prompt = [tokenizer.bos_id, *tokenizer.control_ids(parse_controls(style="chorale", key=key, meter="4/4"))]
+        torch.manual_seed(0)
+        tokens = generate(task.model.eval(), torch.tensor([prompt]), 384, top_p=0.95, eos_id=tokenizer.eos_id)[0]
+        notes = tokenizer.decode_notes(tokens)
+        for pitch, start, end, _, part in notes:
+            axis.add_patch(plt.Rectangle((start, pitch - 0.4), end - start, 0.8, color=colours[int(part) % 5]))
+        found = analysed_key(notes)
+        axis.set_title(f"--key '{key}': music21 finds {'?' if found is None else KEYS[found]}")
+        axis.set_xlim(0, float(notes[:, 2].max()) if len(notes) else 1.0)
+        axis.set_xlabel("time (s)")
+    axes[0].set_ylim(30, 84)
+    axes[0].set_ylabel("pitch (colour: part)")
+    figure.suptitle("--primer-seconds 0 --style chorale --meter 4/4, same seed, two key tokens")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=80)
+    print(f"wrote {path}")
 
 
 def table(rows: list[dict]) -> str:

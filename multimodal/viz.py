@@ -30,6 +30,7 @@ def piano_roll_png(
     path: str | Path,
     primer_end_seconds: float | None = None,
     title: str | None = None,
+    given: np.ndarray | None = None,
 ) -> Path:
     """Draws a piano roll; notes starting before ``primer_end_seconds`` in one colour, later ones in another.
 
@@ -40,6 +41,8 @@ def piano_roll_png(
         primer_end_seconds: Where the primer ends; a dashed line marks it. ``None``: all notes
             are drawn in the primer colour.
         title: Optional title above the roll.
+        given: Instead of a primer, a bool per note of a note array: the given notes (a melody to
+            harmonize) in the primer colour, the generated ones in the other.
 
     Returns:
         The path written.
@@ -58,6 +61,8 @@ def piano_roll_png(
             axis=1,
         )  # (num_notes, 4 corners, xy)
         in_primer = np.ones(len(notes), bool) if primer_end_seconds is None else start < primer_end_seconds
+        if given is not None:
+            in_primer = np.asarray(given, dtype=bool)
         colours = np.where(in_primer, PRIMER_COLOUR, CONTINUATION_COLOUR)
         axes.add_collection(PolyCollection(list(bars), facecolors=list(colours), edgecolors="none"))
         axes.set_xlim(0.0, max(float(end.max()), primer_end_seconds or 0.0) * 1.01 + 1e-3)
@@ -66,7 +71,11 @@ def piano_roll_png(
         axes.set_xlim(0.0, 1.0)
         axes.set_ylim(58, 62)
         axes.text(0.5, 60, "no notes", ha="center", va="center")
-    if primer_end_seconds is not None:
+    if given is not None:
+        axes.plot([], [], color=PRIMER_COLOUR, linewidth=6, label="given")
+        axes.plot([], [], color=CONTINUATION_COLOUR, linewidth=6, label="generated")
+        axes.legend(loc="upper right", fontsize="small")
+    elif primer_end_seconds is not None:
         axes.axvline(primer_end_seconds, color="black", linestyle="--", linewidth=1.0)
         axes.plot([], [], color=PRIMER_COLOUR, linewidth=6, label="primer")
         axes.plot([], [], color=CONTINUATION_COLOUR, linewidth=6, label="continuation")
@@ -98,7 +107,8 @@ def save_figure(figure: Figure, path: str | Path) -> Path:
 def _as_notes(item: pretty_midi.PrettyMIDI | np.ndarray | str | Path) -> np.ndarray:
     """Note array ``(num_notes, 4)`` of the non-drum notes of a MIDI object, file or array."""
     if isinstance(item, np.ndarray):
-        return np.asarray(item, dtype=np.float64).reshape(-1, 4)
+        item = np.asarray(item, dtype=np.float64)
+        return item[:, :4] if item.ndim == 2 else item.reshape(-1, 4)  # a part column (parts) is not drawn
     if not isinstance(item, pretty_midi.PrettyMIDI):
         item = pretty_midi.PrettyMIDI(str(item))
     rows = [(n.pitch, n.start, n.end, n.velocity) for i in item.instruments if not i.is_drum for n in i.notes]

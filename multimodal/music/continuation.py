@@ -98,12 +98,8 @@ def continue_music(
     (:func:`multimodal.generation.beam.beam_search`) instead of samples. Returns the MIDI paths.
     """
     sampling = SamplingConfig.of(sampling, **options)
-    if audio and soundfont is not None and str(soundfont).lower() != SINE:
-        check_soundfont(soundfont)  # a wrong file fails now, not after generating
-    out_dir = Path(out_dir)
     names = [f"sample_{index}" for index in range(num_samples)]
-    claim_paths([path for name in names for path in sample_files(out_dir, name)], overwrite)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = prepare_outputs(out_dir, names, overwrite, audio, soundfont)
     device = next(model.parameters()).device
     if sampling.num_beams > 1:
         if seed is not None:
@@ -129,6 +125,26 @@ SAMPLE_SUFFIXES = (".mid", ".png", ".wav", "_spectrogram.png")
 def sample_files(out_dir: str | Path, name: str) -> list[Path]:
     """Every file a continuation named ``name`` may write in ``out_dir`` (the one place output names are made)."""
     return [Path(out_dir) / f"{name}{suffix}" for suffix in SAMPLE_SUFFIXES]
+
+
+def prepare_outputs(out_dir: str | Path, names: list[str], overwrite: bool, audio: bool,
+                    soundfont: str | Path | None) -> Path:  # fmt: skip
+    """Checks a named SoundFont (a wrong file fails before generating), refuses to replace any file the
+    outputs ``names`` would write unless ``overwrite`` (:func:`sample_files`), and creates ``out_dir``."""
+    if audio and soundfont is not None and str(soundfont).lower() != SINE:
+        check_soundfont(soundfont)
+    out_dir = Path(out_dir)
+    claim_paths([path for name in names for path in sample_files(out_dir, name)], overwrite)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def write_audio(midi, path: Path, sample_rate: int, soundfont: str | Path | None) -> None:
+    """``path``'s WAV and spectrogram (:func:`sample_files`) of a ``PrettyMIDI``, rendered with ``soundfont``."""
+    waveform = midi_to_waveform(midi, sample_rate, soundfont)
+    write_wav(path.with_suffix(".wav"), waveform, sample_rate)
+    if waveform.numel() > 2048:  # a spectrogram needs at least one FFT window
+        spectrogram_png(waveform, sample_rate, sample_files(path.parent, path.stem)[3])
 
 
 def continue_primers(
@@ -159,11 +175,7 @@ def continue_primers(
         raise ValueError("continue_primers samples; continue one primer with continue_music for beam search")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if audio and soundfont is not None and str(soundfont).lower() != SINE:
-        check_soundfont(soundfont)  # a wrong file fails now, not after generating
-    out_dir = Path(out_dir)
-    claim_paths([path for name in primers for path in sample_files(out_dir, name)], overwrite)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = prepare_outputs(out_dir, list(primers), overwrite, audio, soundfont)
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     names, written = list(primers), []
@@ -187,8 +199,5 @@ def _write_sample(
     piano_roll_png(midi, path.with_suffix(".png"), primer_end_seconds=tokenizer.decode(primer).get_end_time(),
                    title=f"{title}: primer (blue) and continuation (orange)")  # fmt: skip
     if audio:
-        waveform = midi_to_waveform(midi, sample_rate, soundfont)
-        write_wav(path.with_suffix(".wav"), waveform, sample_rate)
-        if waveform.numel() > 2048:  # a spectrogram needs at least one FFT window
-            spectrogram_png(waveform, sample_rate, sample_files(path.parent, path.stem)[3])
+        write_audio(midi, path, sample_rate, soundfont)
     return path

@@ -28,7 +28,9 @@ from multimodal.music import (
     read_primer,
     score_music,
 )
+from multimodal.music.harmonize import check_melody, harmonize_to_files, infill_to_files
 from multimodal.tokenizers.midi import MidiTokenizer
+from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import (
     CONTROL_NAMES,
     STYLES,
@@ -58,6 +60,17 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-audio", action="store_true", help="skip the WAV preview")
     parser.add_argument("--soundfont", default=None, help="a .sf2/.sf3 file to render the WAV with, or 'sine' "
                         "(default: $MULTIMODAL_SOUNDFONT, else pretty_midi's TimGM6mb.sf2; docs/music.md)")  # fmt: skip
+    harmony = parser.add_argument_group("harmonize (models trained with parts, data.num_parts > 1; docs/music.md)")
+    harmony.add_argument("--harmonize", type=Path, metavar="MELODY.mid",
+                         help="write the other parts around this one-line melody (its notes kept exactly; "
+                              "--max-new-tokens bounds the new parts: raise it for long melodies)")  # fmt: skip
+    harmony.add_argument("--melody-part", default="1", help="the melody's part: a number from 1 or a part's name")
+    harmony.add_argument("--parts", nargs="+", default=None,
+                         help="the parts to write (numbers from 1 or names; default: all the others, or all for "
+                              "--infill)")  # fmt: skip
+    harmony.add_argument("--infill", nargs=2, type=_seconds, metavar=("START", "END"),
+                         help="rewrite the --primer's notes that start between these times (seconds, e.g. 10s "
+                              "20s), keeping everything before and after")  # fmt: skip
     directed = parser.add_argument_group("controls (models trained with data.controls: true; docs/music.md)")
     directed.add_argument("--style", type=_control(parse_style), help=f"one of: {', '.join(STYLES)}")
     directed.add_argument("--key", type=_control(parse_key), help="tonic and mode, e.g. 'G minor', 'Bb major'")
@@ -77,6 +90,12 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     if asked and not getattr(tokenizer.config, "controls", False):
         raise ValueError(f"{'/'.join(asked)}: this model was trained without controls; train one with "
                          "data.controls: true (docs/music.md)")  # fmt: skip
+    if args.harmonize is not None:
+        _harmonize(model, tokenizer, args)
+        return
+    if args.infill is not None:
+        _infill(model, tokenizer, args)
+        return
     if args.primer is not None and args.primer.is_dir():
         _continue_folder(model, tokenizer, args)
         return
@@ -99,6 +118,67 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     print(f"primer: first {args.primer_seconds:g} s of {source} ({len(primer)} events)")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav preview'})")
+
+
+def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
+    """``--harmonize MELODY``: the melody's notes kept exactly, the model writes the other parts."""
+    if getattr(tokenizer.config, "num_parts", 1) < 2:
+        raise ValueError("--harmonize: this model has no parts; train one with data.num_parts > 1 (docs/music.md)")
+    if args.num_beams > 1 or args.primer is not None:
+        raise ValueError("--harmonize takes neither --num-beams nor --primer")
+    melody_part = _part(tokenizer, args.melody_part, "--melody-part")
+    parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
+    melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
+    paths = harmonize_to_files(
+        model, tokenizer, melody, args.out, sampling_from_args(args), melody_part=melody_part, parts=parts,
+        controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
+    )  # fmt: skip
+    print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
+    for path in paths:
+        print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
+
+
+def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
+    """``--infill START END --primer PIECE``: the span rewritten, the rest of the piece kept exactly."""
+    if not hasattr(tokenizer, "duration_offset"):
+        raise ValueError("--infill: needs the duration vocabulary (each note carries its length)")
+    if args.primer is None or args.primer.is_dir() or args.num_beams > 1:
+        raise ValueError("--infill: give the piece with --primer FILE (one file; no --num-beams)")
+    start, end = args.infill
+    if not start < end:
+        raise ValueError(f"--infill {start:g} {end:g}: the start must come before the end")
+    parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
+    notes = read_primer(args.primer, tokenizer)
+    if len(notes) == 0 or start >= float(notes[:, 2].max()):
+        raise ValueError(f"--infill {start:g} {end:g}: {args.primer} ends before the span starts")
+    paths = infill_to_files(
+        model, tokenizer, notes, start, end, args.out, sampling_from_args(args), parts=parts,
+        controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
+    )  # fmt: skip
+    print(f"filled {start:g}-{end:g} s of {args.primer}")
+    for path in paths:
+        print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
+
+
+def _seconds(text: str) -> float:
+    """A time in seconds, ``12.5`` or ``12.5s``."""
+    try:
+        return non_negative_float(text.removesuffix("s"))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time in seconds (e.g. 10 or 10s)") from None
+
+
+def _part(tokenizer: MidiTokenizer, text: str, option: str) -> int:
+    """A part index from a number counted from 1 or a part's name (case-insensitive)."""
+    num_parts = getattr(tokenizer.config, "num_parts", 1)
+    names = [tokenizer.config.part_name(part).lower() if num_parts > 1 else "part 1" for part in range(num_parts)]
+    if text.isdigit() and 1 <= int(text) <= len(names):
+        return int(text) - 1
+    if text.lower() in names:
+        return names.index(text.lower())
+    raise ValueError(f"{option} {text}: this model's parts are 1..{len(names)} ({', '.join(names)})")
 
 
 def _control(parse: Callable[[str], int]) -> Callable[[str], int]:

@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 
 from multimodal.generation import SamplingConfig
-from multimodal.music import continue_music, parse_controls, primer_ids, read_primer
+from multimodal.music import (
+    check_melody,
+    continue_music,
+    harmonize_to_files,
+    parse_controls,
+    primer_ids,
+    read_primer,
+)
+from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
 from tasks.commands.music import run_pieces
 from tasks.serve.checks import SEEDS, bounded
@@ -42,12 +50,13 @@ class MusicSession:
     def continue_primer(
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
-        density: float | None = None,
+        density: float | None = None, harmonize: bool = False,
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
-        trained with controls (empty: the model's choice). A ``gradio.Error`` (one line) for an upload that is
-        not MIDI, a setting outside its widget's bounds, or a control the model does not know."""
+        trained with controls (empty: the model's choice); with ``harmonize`` the upload is a melody kept
+        exactly and the model writes the other parts (a model with parts). A ``gradio.Error`` (one line) for
+        an upload that is not MIDI, a setting outside its widget's bounds, or a control the model does not know."""
         import gradio as gr
 
         seconds = bounded("primer (seconds)", seconds, *SECONDS)
@@ -59,6 +68,8 @@ class MusicSession:
             controls = parse_controls(style or None, key or None, meter or None, density or None)
         except ValueError as error:
             raise gr.Error(str(error)) from None
+        if harmonize:
+            return self._harmonize(upload, controls, length, temperature, top_p, seed)
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -77,15 +88,38 @@ class MusicSession:
             primer = primer_ids(notes, self.tokenizer, seconds, controls)
         except ValueError as error:  # controls asked of a model without them
             raise gr.Error(str(error)) from None
-        number = next(self.count)
-        shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
-        out = self.folder / f"request_{number}"
+        out = self._request_folder()
         sampling = SamplingConfig(temperature=temperature, top_p=top_p)
         (path,) = continue_music(self.task.model, self.tokenizer, primer, out, sampling, max_new_tokens=length,
                                  seed=seed, audio=True)  # fmt: skip
         asked = f" Asked for {controls.describe()}." if any(v is not None for v in controls.values()) else ""
         message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events.{asked}"
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
+
+
+    def _request_folder(self) -> Path:
+        """A new folder for one request's files; the folder of the request ``KEEP`` before it is removed."""
+        number = next(self.count)
+        shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
+        return self.folder / f"request_{number}"
+
+    def _harmonize(self, upload: str | None, controls, length: int, temperature: float, top_p: float,
+                   seed: int) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
+        """The uploaded melody (its notes kept exactly) with the other parts written by the model."""
+        import gradio as gr
+
+        if not upload:
+            return None, None, None, "Upload a one-line melody (a MIDI file) to harmonize."
+        try:
+            melody = check_melody(read_midi_notes(upload), Path(upload).name)
+            (path,) = harmonize_to_files(self.task.model, self.tokenizer, melody, self._request_folder(),
+                                         SamplingConfig(temperature=temperature, top_p=top_p), controls=controls,
+                                         seed=seed, max_new_tokens=4 * length, audio=True)  # fmt: skip
+        except ValueError as error:  # not MIDI, several lines, a model without parts or controls
+            raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
+        part = self.tokenizer.config.part_name(0)
+        return (str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path),
+                f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote the other parts.")
 
 
 def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> Any:
@@ -107,6 +141,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
+                harmonize = gr.Checkbox(False, label="harmonize the upload (keep it as the top part)",
+                                        visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
                 with gr.Row(visible=directed):  # a model trained with controls (docs/music.md)
                     style = gr.Dropdown(["", *STYLES], value="", label="style")
                     key = gr.Dropdown(["", *KEYS], value="", label="key")
@@ -119,6 +155,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 roll = gr.Image(label="piano roll: primer blue, continuation orange", type="filepath")
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
-                                                key, meter, density],
+                                                key, meter, density, harmonize],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

@@ -81,6 +81,39 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     continued = pretty_midi.PrettyMIDI(str(tmp_path / "continued/sample_0.mid"))
     assert [track.name for track in continued.instruments] == SATB  # the primer's voices, read part by part
 
+    main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "filled"), "--primer", str(primer),
+          "--infill", "2s", "5", "--parts", "tenor", "--no-audio", "--seed", "0", "--max-new-tokens", "64"])  # fmt: skip
+    filled = pretty_midi.PrettyMIDI(str(tmp_path / "filled/sample_0.mid"))
+
+    def onsets(midi, name, inside):
+        track = next(t for t in midi.instruments if t.name.lower() == name.lower())
+        return sorted((n.pitch, round(n.start, 2)) for n in track.notes if (2.0 <= round(n.start, 2) < 5.0) == inside)
+
+    original = pretty_midi.PrettyMIDI(str(primer))
+    for voice, music21_name in zip(SATB, [t.name for t in original.instruments], strict=True):
+        assert onsets(filled, voice, False) == onsets(original, music21_name, False)  # outside the span: as it was
+        if voice != "Tenor":
+            assert onsets(filled, voice, True) == onsets(original, music21_name, True)  # other voices: kept
+    tenor = next(t for t in filled.instruments if t.name == "Tenor")
+    assert all(n.end <= 5.0 + 1e-6 for n in tenor.notes if 2.0 <= round(n.start, 2) < 5.0)  # nothing hangs
+
+    tune = pretty_midi.PrettyMIDI()  # a melody the model has never seen, one line
+    line = pretty_midi.Instrument(0, name="flute")
+    line.notes = [pretty_midi.Note(90, pitch, 0.5 * i, 0.5 * i + 0.5) for i, pitch in enumerate([67, 69, 71, 72, 74, 72, 71, 69])]
+    tune.instruments.append(line)
+    tune.write(str(tmp_path / "tune.mid"))
+    main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "harmonized"), "--harmonize",
+          str(tmp_path / "tune.mid"), "--parts", "alto", "tenor", "4", "--key", "G major", "--seed", "0",
+          "--no-audio", "--max-new-tokens", "64"])  # fmt: skip
+    harmonized = pretty_midi.PrettyMIDI(str(tmp_path / "harmonized/sample_0.mid"))
+    soprano = next(track for track in harmonized.instruments if track.name == "Soprano")
+    assert [(n.pitch, round(n.start, 2), round(n.end, 2)) for n in soprano.notes] == [
+        (n.pitch, n.start, n.end) for n in line.notes]  # fmt: skip
+    assert {track.name for track in harmonized.instruments} <= set(SATB)
+    assert (tmp_path / "harmonized/sample_0.png").is_file()
+    *_, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True)
+    assert "tune.mid: 8 notes kept as the Soprano" in message  # the page's upload, harmonized
+
 
 def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chorales, tmp_path, capsys, monkeypatch):
     from tests.tasks.test_reliability import one_line_error
@@ -96,6 +129,9 @@ def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chor
                           capsys, monkeypatch)  # fmt: skip
     assert "--style" in line and "unknown style 'jazz'" in line
     assert not (tmp_path / "x").exists()
+    line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--harmonize",
+                           tmp_path / "none.mid"], capsys, monkeypatch)  # fmt: skip
+    assert line.startswith("error: --harmonize: this model has no parts")
 
     import gradio as gr
 

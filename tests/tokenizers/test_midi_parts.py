@@ -3,6 +3,7 @@ parts of real chorales, MidiTok's program-aware TSD and the MIDI files pretty_mi
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from itertools import pairwise
 from pathlib import Path
@@ -124,3 +125,41 @@ def test_config_checks_and_save_load(tmp_path: Path):
     again = MidiDurationTokenizer.load(tmp_path / "tokenizer.json")
     assert again.config == PARTS.config and again.config.part_name(3) == "Bass"
     assert MidiDurationTokenizerConfig(num_parts=2).part_name(1) == "Part 2"
+    # a tokenizer saved before parts existed (its JSON has none of the new fields) loads as the same vocabulary
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"type": "MidiDurationTokenizer", "version": 1, "config": {
+        "time_step": 0.01, "num_time_shifts": 100, "num_velocity_bins": 32, "max_duration_steps": 800}}))  # fmt: skip
+    loaded = MidiDurationTokenizer.load(old)
+    assert loaded.vocab_size == 463 and loaded.config.num_parts == 1 and not loaded.config.controls
+
+
+def expected_in_steps(notes: np.ndarray, tokenizer: MidiDurationTokenizer) -> list[tuple[int, int, int, int]]:
+    """``(part, pitch, onset, length)`` in steps by the plain-Python rules, each part on its own."""
+    expected = []
+    for part in np.unique(notes[:, 4]).astype(int):
+        for pitch, onset, offset, _ in reference_notes_in_steps(notes[notes[:, 4] == part, :4], tokenizer):
+            expected.append([part, pitch, onset, nearest_duration(offset - onset, tokenizer)])
+    expected.sort()
+    for this, after in pairwise(expected):  # a length rounded past the next strike ends there
+        if after[:2] == this[:2]:
+            this[3] = min(this[3], after[2] - this[2])
+    return [tuple(row) for row in expected]
+
+
+@pytest.mark.slow
+def test_round_trip_on_every_piece_of_every_default_collection():
+    """Needs ``multimodal data music21`` (the default collections converted); every part, pitch, onset and
+    duration comes back on the grid (a note rounded past the next strike of its pitch in its part ends there)."""
+    from multimodal.data.music21_collections import DEFAULT_COLLECTIONS
+    from multimodal.data.music21_corpus import load_pieces
+
+    pieces = [piece for piece in load_pieces(DEFAULT_COLLECTIONS, warn=False) if len(piece.notes)]
+    if len(pieces) < 1000:
+        pytest.skip("the default music21 collections are not converted (multimodal data music21)")
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=16))
+    step = tokenizer.config.time_step
+    for piece in pieces:
+        decoded = tokenizer.decode_notes(tokenizer.encode_notes(piece.notes))
+        ours = sorted((int(q), int(p), round(s / step), round((e - s) / step)) for p, s, e, _, q in decoded)
+        expected = expected_in_steps(piece.notes, tokenizer)
+        assert ours == expected, piece.name

@@ -1,0 +1,353 @@
+"""Harmonize a melody, fill a gap: the model writes some parts around given notes that it may not change.
+
+A vocabulary with parts (:mod:`~multimodal.tokenizers.midi_duration`) writes the notes of each onset
+in part order, every note with its length. Decoding is constrained so that the given notes appear
+exactly, by construction, and the model only adds to the other parts:
+
+- the given notes are encoded as the model would write them; when decoding reaches an onset of a
+  given note, the tokens of that onset's given notes are fed to the model (not sampled);
+- a TIME_SHIFT may not jump past the next given onset (longer shifts are masked), and EOS is masked
+  until every given note is written;
+- the PITCH ids of the given parts, and of parts the caller did not allow, are masked, so the model
+  never adds a note to the melody.
+
+The model sees each given note when its onset comes, not before (no look-ahead): a causal model
+trained on whole pieces harmonizes what it has heard so far, as a player sight-reading the tune.
+:func:`infill` is the same decoder with a window: the notes of the chosen parts that start in the
+span are rewritten, the music before it and after it is given, and a new note ends by the span's
+end, so none hangs across the seam.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from multimodal.generation.config import SamplingConfig
+from multimodal.generation.sample import sample_next
+from multimodal.music.continuation import prepare_outputs, write_audio
+from multimodal.tokenizers.midi import NUM_PITCHES
+from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
+from multimodal.tokenizers.music_controls import Controls
+from multimodal.viz import piano_roll_png
+
+
+def check_melody(notes: np.ndarray, source: str = "the melody") -> np.ndarray:
+    """A melody ``(n, 4 or 5)`` as one monophonic line ``(n, 4)``: raises ValueError, naming ``source``, for
+    no notes or notes sounding together (cut a note that overlaps the next by less than 50 ms)."""
+    notes = np.asarray(notes, dtype=np.float64)
+    if notes.ndim != 2 or len(notes) == 0:
+        raise ValueError(f"{source}: no notes to harmonize")
+    notes = notes[np.lexsort((notes[:, 0], notes[:, 1])), :4].copy()
+    overlap = notes[:-1, 2] - notes[1:, 1]
+    if (np.diff(notes[:, 1]) <= 0).any() or (overlap > 0.05).any():
+        at = float(notes[1:, 1][(np.diff(notes[:, 1]) <= 0) | (overlap > 0.05)][0])
+        raise ValueError(f"{source}: several notes sound together at {at:.2f} s; give one line (a single part)")
+    notes[:-1, 2] = np.minimum(notes[:-1, 2], notes[1:, 1])  # legato overlaps cut
+    return notes
+
+
+def harmonize(
+    model: nn.Module,
+    tokenizer: MidiDurationTokenizer,
+    given: np.ndarray,
+    *,
+    parts: list[int] | None = None,
+    controls: Controls | None = None,
+    max_new_tokens: int = 2048,
+    sampling: SamplingConfig | None = None,
+    generator: torch.Generator | None = None,
+    **options: Any,
+) -> list[int]:
+    """Writes the other parts around ``given`` notes; returns the ids (BOS, controls, given and new notes).
+
+    Args:
+        model: A causal model over ``tokenizer``'s ids (``model(ids, state=...)``, ``new_state()``).
+        tokenizer: A duration tokenizer with parts.
+        given: ``(n, 5)`` notes ``[pitch, start_s, end_s, velocity, part]`` that must appear exactly
+            (on the tokenizer's grid), e.g. a melody in part 0.
+        parts: The parts the model may write (default: every part without given notes).
+        controls: Style, key, meter, density (a vocabulary with controls; None: unknown).
+        max_new_tokens: Sampled tokens at most (the given ones do not count).
+        sampling: How tokens are chosen (or its fields in ``options``).
+        generator: Draws the samples.
+
+    Raises:
+        ValueError: A tokenizer without parts, or ``parts`` that overlap the given ones.
+    """
+    num_parts = getattr(tokenizer.config, "num_parts", 1)
+    if num_parts < 2:
+        raise ValueError("harmonizing needs a model with parts (data.num_parts > 1)")
+    given_parts = sorted({int(part) for part in given[:, 4]})
+    allowed = [part for part in range(num_parts) if part not in given_parts] if parts is None else list(parts)
+    if set(allowed) & set(given_parts) or not allowed or not all(0 <= part < num_parts for part in allowed):
+        raise ValueError(f"parts {allowed}: choose among 0..{num_parts - 1}, none of the given parts {given_parts}")
+    return constrained_decode(model, tokenizer, given, allowed, (0.0, float(given[:, 2].max())), controls=controls,
+                              max_new_tokens=max_new_tokens, sampling=sampling, generator=generator, **options)  # fmt: skip
+
+
+def infill(
+    model: nn.Module,
+    tokenizer: MidiDurationTokenizer,
+    notes: np.ndarray,
+    start: float,
+    end: float,
+    *,
+    parts: list[int] | None = None,
+    controls: Controls | None = None,
+    max_new_tokens: int = 2048,
+    sampling: SamplingConfig | None = None,
+    generator: torch.Generator | None = None,
+    **options: Any,
+) -> list[int]:
+    """Rewrites the notes of ``parts`` that start in ``[start, end)`` seconds; everything else stays.
+
+    Args:
+        notes: The piece, ``(n, 5)`` with parts (or ``(n, 4)``: all in part 0).
+        start, end: The span to fill, in seconds.
+        parts: The parts to rewrite there (default: all); the others' notes in the span are kept.
+        Others: as :func:`harmonize`.
+
+    Notes starting before the span keep their length (they may sound into it); new notes end by
+    ``end``, so none hangs across the seam; the music after ``end`` is given back exactly.
+
+    Raises:
+        ValueError: An empty or inverted span, or parts the vocabulary does not have.
+    """
+    num_parts = getattr(tokenizer.config, "num_parts", 1)
+    notes = np.asarray(notes, dtype=np.float64)
+    if notes.ndim == 2 and notes.shape[1] == 4:
+        notes = np.column_stack([notes, np.zeros(len(notes))])
+    if not 0 <= start < end:
+        raise ValueError(f"infill span {start:g} s to {end:g} s: give a start before the end, both >= 0")
+    allowed = list(range(num_parts)) if parts is None else list(parts)
+    if not allowed or not all(0 <= part < num_parts for part in allowed):
+        raise ValueError(f"parts {allowed}: this model has parts 0..{num_parts - 1}")
+    rewritten = np.isin(notes[:, 4], allowed) & (notes[:, 1] >= start) & (notes[:, 1] < end)
+    return constrained_decode(model, tokenizer, notes[~rewritten], allowed, (start, end), controls=controls,
+                              max_new_tokens=max_new_tokens, sampling=sampling, generator=generator, **options)  # fmt: skip
+
+
+def constrained_decode(
+    model: nn.Module,
+    tokenizer: MidiDurationTokenizer,
+    given: np.ndarray,
+    parts: list[int],
+    window: tuple[float, float],
+    *,
+    controls: Controls | None = None,
+    max_new_tokens: int = 2048,
+    sampling: SamplingConfig | None = None,
+    generator: torch.Generator | None = None,
+    **options: Any,
+) -> list[int]:
+    """Samples notes of ``parts`` inside ``window`` (seconds) around ``given`` notes written exactly.
+
+    The rules of the module docstring: given tokens fed at their onsets, shifts that would pass the next
+    given onset and EOS (while given notes remain) masked, PITCH ids of other parts masked, and outside
+    the window no new note at all (time jumps straight to the next given onset or the window). A note the
+    model starts ends by the window's end. Decoding stops at EOS once every given note is written, once
+    time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (given notes
+    not reached by then are appended, alone). Returns the ids, from BOS.
+    """
+    sampling = SamplingConfig.of(sampling, **options)
+    step = tokenizer.config.time_step
+    first, last = round(window[0] / step), round(window[1] / step)
+    groups = _onset_groups(tokenizer, given) if len(given) else []
+    banned = torch.ones(tokenizer.vocab_size, dtype=torch.bool)  # ids the model may not write in the window
+    banned[: tokenizer.pitch_offset] = False
+    banned[tokenizer.duration_offset :] = False
+    for part in parts:
+        offset = tokenizer.pitch_offset + part * NUM_PITCHES
+        banned[offset : offset + NUM_PITCHES] = False
+    # given notes of the parts the model writes (a note sounding into an infill span): the model may not
+    # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
+    kept = given[np.isin(given[:, 4], parts)] if len(given) else given
+    kept = tokenizer.decode_notes(tokenizer.encode_notes(kept)) if len(kept) else np.empty((0, 5))  # as they sound
+    part_of = kept[:, 4] if kept.shape[1] == 5 else np.zeros(len(kept))
+    sounding = [(tokenizer.pitch_offset + int(q) * NUM_PITCHES + int(p), round(on / step), round(off / step))
+                for p, on, off, q in zip(kept[:, 0], kept[:, 1], kept[:, 2], part_of, strict=True)]  # fmt: skip
+    outside = banned.clone()
+    outside[tokenizer.pitch_offset : tokenizer.duration_offset] = True  # no new note outside the window
+    shifts = torch.arange(1, tokenizer.config.num_time_shifts + 1)
+    shift_ids = tokenizer.time_shift_offset + shifts - 1
+    durations = torch.as_tensor(tokenizer.config.duration_steps)
+    duration_ids = tokenizer.duration_offset + torch.arange(len(durations))
+
+    head = [tokenizer.bos_id, *(tokenizer.control_ids(controls) if tokenizer.config.controls else [])]
+    ids, queue, time, next_group, sampled = list(head), [], 0, 0, 0
+    pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            state = model.new_state()
+            logits = model(torch.tensor([head], device=device), state=state)[0, -1]
+            while sampled < max_new_tokens:
+                after_pitch = pending or tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset
+                next_onset = groups[next_group][0] if next_group < len(groups) else None
+                if not queue and not after_pitch:
+                    if next_onset == time:
+                        queue = list(groups[next_group][1])  # the given notes of this onset, as the model writes them
+                        next_group += 1
+                    elif not first <= time < last:  # outside the window: straight on to what comes next
+                        ahead = [t for t in (next_onset, first if time < first else None) if t is not None]
+                        if not ahead:
+                            break  # past the window and every given note
+                        queue = _shift_ids(tokenizer, min(ahead) - time)
+                if queue:
+                    token, own = queue.pop(0), False
+                else:
+                    mask = (banned if first <= time < last else outside).clone()
+                    for pitch_id, onset, offset in sounding:
+                        if onset <= time < offset:
+                            mask[pitch_id] = True
+                    if next_onset is not None:
+                        mask[tokenizer.eos_id] = True
+                        mask[shift_ids[shifts > next_onset - time]] = True
+                    if pending:
+                        mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
+                    token, own = int(sample_next(logits.float().cpu().masked_fill(mask, float("-inf"))[None],
+                                                 sampling, generator=generator)[0]), True  # fmt: skip
+                    sampled += 1
+                    if token == tokenizer.eos_id:
+                        ids.append(token)
+                        break
+                if tokenizer.pitch_offset <= token < tokenizer.duration_offset:
+                    pending = own
+                elif not tokenizer.velocity_offset <= token < tokenizer.pitch_offset:
+                    pending = False  # a DURATION ends it; a shift, special or control drops the pitch
+                if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
+                    time += token - tokenizer.time_shift_offset + 1
+                ids.append(token)
+                logits = model(torch.tensor([[token]], device=device), state=state)[0, -1]
+    finally:
+        model.train(was_training)
+    if tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset:
+        ids.pop()  # a note the budget cut before its length
+    for onset, group in groups[next_group:]:  # out of tokens: the given notes still go in, alone
+        ids += _shift_ids(tokenizer, onset - time) + group
+        time = onset
+    return ids
+
+
+def _shift_ids(tokenizer: MidiDurationTokenizer, steps: int) -> list[int]:
+    """TIME_SHIFT ids moving time forward by ``steps`` (the longest shifts first)."""
+    full, rest = divmod(max(steps, 0), tokenizer.config.num_time_shifts)
+    return [tokenizer.velocity_offset - 1] * full + ([tokenizer.time_shift_offset + rest - 1] if rest else [])
+
+
+def _onset_groups(tokenizer: MidiDurationTokenizer, notes: np.ndarray) -> list[tuple[int, list[int]]]:
+    """The given notes as ``(onset step, the ids the tokenizer writes at that onset, shifts excluded)``."""
+    groups: list[tuple[int, list[int]]] = []
+    time = 0
+    for token in tokenizer.encode_notes(notes):
+        if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
+            time += token - tokenizer.time_shift_offset + 1
+            continue
+        if not groups or groups[-1][0] != time:
+            groups.append((time, []))
+        groups[-1][1].append(token)
+    return groups
+
+
+def harmonize_to_files(
+    model: nn.Module,
+    tokenizer: MidiDurationTokenizer,
+    melody: np.ndarray,
+    out_dir: str | Path,
+    sampling: SamplingConfig | None = None,
+    *,
+    melody_part: int = 0,
+    parts: list[int] | None = None,
+    controls: Controls | None = None,
+    num_samples: int = 1,
+    seed: int | None = None,
+    max_new_tokens: int = 2048,
+    audio: bool = True,
+    sample_rate: int = 16000,
+    soundfont: str | Path | None = None,
+    overwrite: bool = True,
+    **options: Any,
+) -> list[Path]:
+    """Harmonizes a melody ``num_samples`` times into ``sample_{i}.mid`` (one track per part), ``.png``
+    (the melody blue, the new parts orange) and ``.wav``; returns the MIDI paths.
+
+    Args:
+        melody: ``(n, 4)`` notes of one line (:func:`check_melody`), put in part ``melody_part``.
+        Others: as :func:`harmonize` and :func:`~multimodal.music.continuation.continue_music`.
+    """
+    melody = check_melody(melody)
+    if not 0 <= melody_part < getattr(tokenizer.config, "num_parts", 1):
+        raise ValueError(f"melody part {melody_part}: this model has parts 0..{tokenizer.config.num_parts - 1}")
+    given = np.column_stack([melody, np.full(len(melody), float(melody_part))])
+
+    def sample(generator: torch.Generator | None) -> list[int]:
+        return harmonize(model, tokenizer, given, parts=parts, controls=controls, max_new_tokens=max_new_tokens,
+                         sampling=sampling, generator=generator, **options)  # fmt: skip
+
+    return _write_samples(sample, tokenizer, out_dir, num_samples, seed, lambda notes: notes[:, 4] == melody_part,
+                          "melody (blue), new parts (orange)", audio, sample_rate, soundfont, overwrite)  # fmt: skip
+
+
+def infill_to_files(
+    model: nn.Module,
+    tokenizer: MidiDurationTokenizer,
+    notes: np.ndarray,
+    start: float,
+    end: float,
+    out_dir: str | Path,
+    sampling: SamplingConfig | None = None,
+    *,
+    parts: list[int] | None = None,
+    controls: Controls | None = None,
+    num_samples: int = 1,
+    seed: int | None = None,
+    max_new_tokens: int = 2048,
+    audio: bool = True,
+    sample_rate: int = 16000,
+    soundfont: str | Path | None = None,
+    overwrite: bool = True,
+    **options: Any,
+) -> list[Path]:
+    """Fills ``[start, end)`` seconds of a piece ``num_samples`` times into ``sample_{i}.mid``, ``.png`` (the
+    kept music blue, the new notes orange) and ``.wav``; returns the MIDI paths. Arguments as :func:`infill`."""
+    chosen = list(range(getattr(tokenizer.config, "num_parts", 1))) if parts is None else list(parts)
+
+    def sample(generator: torch.Generator | None) -> list[int]:
+        return infill(model, tokenizer, notes, start, end, parts=parts, controls=controls,
+                      max_new_tokens=max_new_tokens, sampling=sampling, generator=generator, **options)  # fmt: skip
+
+    def kept(decoded: np.ndarray) -> np.ndarray:
+        part = decoded[:, 4] if decoded.shape[1] == 5 else np.zeros(len(decoded))
+        step = tokenizer.config.time_step
+        return ~(np.isin(part, chosen) & (decoded[:, 1] >= start - step / 2) & (decoded[:, 1] < end - step / 2))
+
+    return _write_samples(sample, tokenizer, out_dir, num_samples, seed, kept, "kept (blue), filled (orange)",
+                          audio, sample_rate, soundfont, overwrite)  # fmt: skip
+
+
+def _write_samples(
+    sample, tokenizer, out_dir: str | Path, num_samples: int, seed: int | None, given, legend: str, audio: bool,
+    sample_rate: int, soundfont: str | Path | None, overwrite: bool,
+) -> list[Path]:  # fmt: skip
+    """Runs ``sample(generator)`` per output and writes its MIDI, piano roll (``given(notes)`` blue) and audio."""
+    names = [f"sample_{index}" for index in range(num_samples)]
+    out_dir = prepare_outputs(out_dir, names, overwrite, audio, soundfont)
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    written = []
+    for name in names:
+        ids = sample(generator)
+        midi, notes = tokenizer.decode(ids), tokenizer.decode_notes(ids)
+        path = out_dir / f"{name}.mid"
+        midi.write(str(path))
+        piano_roll_png(notes, path.with_suffix(".png"), title=f"{name.replace('_', ' ')}: {legend}", given=given(notes))
+        if audio:
+            write_audio(midi, path, sample_rate, soundfont)
+        written.append(path)
+    return written

@@ -1,0 +1,112 @@
+"""Harmonizing and infilling: the given notes come back exactly whatever the model wants, and it only writes
+the allowed parts, inside the span."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from multimodal.models import CausalLM, CausalLMConfig
+from multimodal.music.harmonize import check_melody, harmonize, infill
+from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+
+TOKENIZER = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True))
+
+
+class Adversary(nn.Module):
+    """Wants, above all, what harmonizing forbids: EOS, the longest time shift and notes in the melody's part."""
+
+    def __init__(self, tokenizer: MidiDurationTokenizer) -> None:
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(()))
+        self.bias = torch.zeros(tokenizer.vocab_size)
+        self.bias[tokenizer.eos_id] = 20.0
+        self.bias[tokenizer.velocity_offset - 1] = 20.0  # TIME_SHIFT of the most steps
+        self.bias[tokenizer.pitch_offset : tokenizer.pitch_offset + 128] = 10.0  # part 0
+
+    def new_state(self):
+        return SimpleNamespace()
+
+    def forward(self, tokens, state=None):
+        return self.bias.expand(tokens.shape[0], tokens.shape[1], -1).clone()
+
+
+def melody(rng: np.random.Generator, num_notes: int = 24) -> np.ndarray:
+    """A random one-line melody on a 50 ms grid, with rests."""
+    lengths = rng.choice([0.25, 0.5, 0.75, 1.0], num_notes)
+    gaps = rng.choice([0.0, 0.0, 0.25], num_notes)
+    starts = np.cumsum(np.r_[0.5, (lengths + gaps)[:-1]])
+    return np.stack([rng.integers(60, 80, num_notes), starts, starts + lengths, np.full(num_notes, 90.0)], axis=1)
+
+
+def exact(notes: np.ndarray, step: float = 0.01) -> list[tuple[int, int, int]]:
+    return sorted((int(p), round(s / step), round((e - s) / step)) for p, s, e, *_ in notes)
+
+
+@pytest.mark.parametrize("model_kind", ["adversary", "random"])
+def test_every_given_note_comes_back_and_only_the_allowed_parts_are_written(model_kind):
+    torch.manual_seed(0)
+    model = Adversary(TOKENIZER) if model_kind == "adversary" else CausalLM(CausalLMConfig(
+        vocab_size=TOKENIZER.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64, max_seq_len=4096))  # fmt: skip
+    for seed in range(3):
+        line = melody(np.random.default_rng(seed))
+        given = np.column_stack([line, np.zeros(len(line))])
+        ids = harmonize(model, TOKENIZER, given, parts=[1, 2], max_new_tokens=1500, top_p=0.95,
+                        generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        notes = TOKENIZER.decode_notes(ids)
+        assert exact(notes[notes[:, 4] == 0]) == exact(line)  # 100 %: pitch, onset, duration (on the grid)
+        assert set(notes[:, 4].astype(int)) <= {0, 1, 2}  # part 3 was not allowed
+        if model_kind == "random":
+            assert (notes[:, 4] > 0).any()  # it did write something of its own
+        assert TOKENIZER.eos_id not in ids[:-1]
+
+
+def test_melodies_that_are_not_one_line_and_parts_that_clash_are_refused():
+    chord = np.array([[60, 0.0, 1.0, 80], [64, 0.0, 1.0, 80]])
+    with pytest.raises(ValueError, match="tune.mid: several notes sound together at 0.00 s"):
+        check_melody(chord, "tune.mid")
+    with pytest.raises(ValueError, match="no notes"):
+        check_melody(np.empty((0, 4)))
+    legato = check_melody(np.array([[60, 0.0, 1.02, 80], [62, 1.0, 2.0, 80]]))
+    assert legato[0, 2] == 1.0  # a slight overlap is cut, not refused
+    given = np.array([[60, 0.0, 1.0, 80, 0]])
+    with pytest.raises(ValueError, match="none of the given parts"):
+        harmonize(Adversary(TOKENIZER), TOKENIZER, given, parts=[0, 1])
+    with pytest.raises(ValueError, match="needs a model with parts"):
+        harmonize(Adversary(TOKENIZER), MidiDurationTokenizer(), given)
+
+
+def two_parts(rng: np.random.Generator, seconds: float = 8.0) -> np.ndarray:
+    rows = []
+    for part in (0, 1):
+        time = 0.0
+        while time < seconds:
+            length = float(rng.choice([0.25, 0.5, 1.0]))
+            rows.append([rng.integers(48, 60) + 12 * (1 - part), time, time + length, 80, part])
+            time += length
+    return np.array(rows, dtype=float)
+
+
+@pytest.mark.parametrize("model_kind", ["adversary", "random"])
+def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_end(model_kind):
+    torch.manual_seed(1)
+    model = Adversary(TOKENIZER) if model_kind == "adversary" else CausalLM(CausalLMConfig(
+        vocab_size=TOKENIZER.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64, max_seq_len=4096))  # fmt: skip
+    for seed, parts in ((0, None), (1, [1])):
+        piece = two_parts(np.random.default_rng(seed))
+        ids = infill(model, TOKENIZER, piece, 2.0, 5.0, parts=parts, max_new_tokens=800, top_p=0.95,
+                     generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        notes = TOKENIZER.decode_notes(ids)
+        rewritten = list(range(TOKENIZER.config.num_parts)) if parts is None else parts
+
+        ours = notes[~(np.isin(notes[:, 4], rewritten) & (notes[:, 1] >= 2.0 - 1e-9) & (notes[:, 1] < 5.0 - 1e-9))]
+        theirs = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]
+        assert exact(ours) == exact(theirs) and sorted(ours[:, 4]) == sorted(theirs[:, 4])  # unchanged outside
+        new = notes[np.isin(notes[:, 4], rewritten) & (notes[:, 1] >= 2.0 - 1e-9) & (notes[:, 1] < 5.0 - 1e-9)]
+        assert (new[:, 2] <= 5.0 + 1e-9).all()  # no new note hangs across the seam
+        if model_kind == "random":
+            assert len(new) > 0
