@@ -116,7 +116,7 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
 
 
 def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chorales, tmp_path, capsys, monkeypatch):
-    from tests.tasks.test_reliability import one_line_error
+    from test_reliability import one_line_error
 
     fit = ["fit", "--config", CONFIGS / "music_continuation.yaml", "--config", CONFIGS / "music_continuation_tiny.yaml",
            "--trainer.limit_val_batches=1", "--data.init_args.limit=6", "--run_name", "plain"]
