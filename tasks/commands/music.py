@@ -172,8 +172,7 @@ def _seconds(text: str) -> float:
 
 def _part(tokenizer: MidiTokenizer, text: str, option: str) -> int:
     """A part index from a number counted from 1 or a part's name (case-insensitive)."""
-    num_parts = getattr(tokenizer.config, "num_parts", 1)
-    names = [tokenizer.config.part_name(part).lower() if num_parts > 1 else "part 1" for part in range(num_parts)]
+    names = [tokenizer.config.part_name(part).lower() for part in range(tokenizer.config.num_parts)]
     if text.isdigit() and 1 <= int(text) <= len(names):
         return int(text) - 1
     if text.lower() in names:
