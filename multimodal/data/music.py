@@ -252,11 +252,48 @@ def stretch_notes(notes: np.ndarray, factor: float) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- data sets
+def check_shares(shares: dict[str, float]) -> None:
+    """Raises ``ValueError`` unless each share of ``collection_shares`` lies in [0, 1] and all sum to at most 1."""
+    if any(not 0 <= share <= 1 for share in shares.values()) or sum(shares.values()) > 1 + 1e-9:
+        raise ValueError(f"collection_shares={shares}: each share must lie in [0, 1] and together at most 1")
+
+
+def piece_weights(names: list[str], sizes: np.ndarray, shares: dict[str, float]) -> np.ndarray:
+    """Probability of drawing each piece: ``sizes`` within a collection, ``shares`` across them.
+
+    Args:
+        names: One name per piece; a collection is the part before the first ``/`` (a music21 collection,
+            or a subfolder of a MIDI folder).
+        sizes: ``(num_pieces,)`` positive weights (notes per piece).
+        shares: Share of the draws for each named collection (each in [0, 1], summing to at most
+            1); the other collections split the rest in proportion to their sizes.
+    Returns:
+        ``(num_pieces,)`` float64 probabilities summing to 1.
+    """
+    collections = np.array([name.split("/")[0] for name in names])
+    unknown = sorted(set(shares) - set(collections))
+    if unknown:
+        raise ValueError(f"collection_shares names {', '.join(unknown)}: no training piece comes from it "
+                         f"(collections: {', '.join(sorted(set(collections)))})")  # fmt: skip
+    check_shares(shares)
+    named = np.isin(collections, list(shares))
+    rest = 1.0 - sum(shares.values())
+    if named.all() and rest > 1e-9:
+        raise ValueError(f"collection_shares={shares}: every collection is named, so the shares must sum to 1")
+    weights = np.zeros_like(sizes, dtype=np.float64)
+    for collection, share in shares.items():
+        inside = collections == collection
+        weights[inside] = share * sizes[inside] / sizes[inside].sum()
+    if (~named).any():
+        weights[~named] = rest * sizes[~named] / sizes[~named].sum()
+    return weights / weights.sum()
+
+
 class MidiWindowDataset(Dataset):
     """Training windows: each item is ``seq_len + 1`` ids from a random place of a random piece.
 
     A piece is drawn with probability proportional to its number of notes (so every part of
-    the corpus is seen equally often), augmented, encoded as ``[BOS] + events + [EOS]``, and a
+    the corpus is seen equally often; ``collection_shares`` reweighs whole collections), augmented, encoded as ``[BOS] + events + [EOS]``, and a
     window starting at a uniformly random position is cut from it; a piece shorter than the
     window is padded on the right with ``pad_id``. The model side uses ``ids[:-1]`` as input and
     ``ids[1:]`` as target.
@@ -275,6 +312,10 @@ class MidiWindowDataset(Dataset):
         augmentation: Applied to each drawn piece: by default a transposition within ±3
             semitones and a time stretch by 0.95–1.05 (:class:`MidiAugmentation`); ``None`` for none.
         seed: Makes the draws a function of ``(seed, epoch, index)``; None: torch's global generator.
+        control_dropout: Probability that each control token of a window is hidden.
+        collection_shares: Share of the windows each named collection gets (the part of a piece's
+            name before its first ``/``), e.g. ``{"bach": 0.4}``; the collections not named share the
+            rest in proportion to their notes. None: every note equally likely.
     """
 
     def __init__(
@@ -286,6 +327,7 @@ class MidiWindowDataset(Dataset):
         augmentation: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = DEFAULT_AUGMENTATION,
         seed: int | None = None,
         control_dropout: float = DEFAULT_DROPOUT,
+        collection_shares: dict[str, float] | None = None,
     ) -> None:
         if len(corpus) == 0:
             raise ValueError("the corpus holds no piece; check the split and the limit")
@@ -293,7 +335,7 @@ class MidiWindowDataset(Dataset):
         self.epoch_length, self.augmentation, self.control_dropout = epoch_length, augmentation, control_dropout
         self.seed, self.epoch = seed, 0
         sizes = np.array([max(len(notes), 1) for notes in corpus.notes], dtype=np.float64)
-        self.piece_weights = torch.from_numpy(sizes / sizes.sum())
+        self.piece_weights = torch.from_numpy(piece_weights(corpus.names, sizes, collection_shares or {}))
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the windows of another epoch (seeded data sets only)."""

@@ -14,6 +14,7 @@ from multimodal.data.music import (
     MidiCorpus,
     MidiPieceWindows,
     MidiWindowDataset,
+    check_shares,
     load_bach_chorales,
 )
 from multimodal.data.music21_collections import check_collections
@@ -72,6 +73,9 @@ class MusicDataModule(pl.LightningDataModule):
             can be directed (``--style``, ``--key``, ...).
         control_dropout: Chance that a training window hides each control (writes it as unknown), so
             the model also samples with any of them left out.
+        collection_shares: Share of the training windows per collection (e.g. ``{bach: 0.4}``; with
+            ``midi_dir``, per subfolder); the others share the rest by their notes. None: each note
+            equally likely.
         num_workers: DataLoader worker processes.
         seed: Training windows are a function of ``(seed, epoch, index)`` (each process of a
             distributed run its own, a resumed run the same as an uninterrupted one).
@@ -101,6 +105,7 @@ class MusicDataModule(pl.LightningDataModule):
         part_programs: list[int] | None = None,
         controls: bool = False,
         control_dropout: float = DEFAULT_DROPOUT,
+        collection_shares: dict[str, float] | None = None,
     ) -> None:
         super().__init__()
         check_options({"seq_len": 1, "batch_size": 1, "epoch_length": 1, "limit": 1, "num_workers": 0,
@@ -121,13 +126,15 @@ class MusicDataModule(pl.LightningDataModule):
         if controls and (vocabulary != "duration" or collections is None):
             raise ValueError("controls: true needs vocabulary: duration and music21 collections (their pieces say "
                              "style, key and meter)")  # fmt: skip
+        if collection_shares is not None:
+            check_shares(dict(collection_shares))  # the names are checked against the pieces at set-up
         if not 0 <= control_dropout <= 1:
             raise ValueError(f"control_dropout={control_dropout} must lie in [0, 1]")
         self.save_hyperparameters()  # kept in checkpoints: `multimodal sample-stats` finds the held-out pieces
         self.midi_dir, self.limit, self.seq_len, self.batch_size = midi_dir, limit, seq_len, batch_size
         self.epoch_length, self.validation_percent, self.num_workers = epoch_length, validation_percent, num_workers
         self.test_percent, self.seed, self.collections, self.num_parts = test_percent, seed, collections, num_parts
-        self.control_dropout = control_dropout
+        self.control_dropout, self.collection_shares = control_dropout, collection_shares
         self.augmentation = MidiAugmentation(max_transpose, tuple(stretch_range))
         if vocabulary not in VOCABULARIES:
             raise ValueError(f"vocabulary must be one of {sorted(VOCABULARIES)}, got {vocabulary!r}")
@@ -170,7 +177,8 @@ class MusicDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         data = MidiWindowDataset(self.split("train"), self.tokenizer, self.seq_len, self.epoch_length,
-                                 self.augmentation, seed=self.seed, control_dropout=self.control_dropout)  # fmt: skip
+                                 self.augmentation, seed=self.seed, control_dropout=self.control_dropout,
+                                 collection_shares=self.collection_shares)  # fmt: skip
         return ResumableLoader(data, batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:

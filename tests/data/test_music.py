@@ -193,6 +193,24 @@ def test_training_windows_have_seq_len_plus_one_ids_cut_from_bos_events_eos():
     assert first.shape == (8, 65) and torch.equal(first, next(iter(DataLoader(dataset, batch_size=8))))
 
 
+def test_collection_shares_set_how_often_each_collection_is_drawn():
+    # Three pieces that open with different pitches, so a window tells which piece it came from.
+    pieces = [np.array([[60.0 + i, 0.0, 0.5, 80.0]] * 1, dtype=np.float64) for i in range(3)]
+    pieces[2] = np.repeat(pieces[2], 3, axis=0)  # folk/b has three times folk/a's notes
+    corpus = MidiCorpus(["bach/x", "folk/a", "folk/b"], pieces)
+    dataset = MidiWindowDataset(corpus, TOKENIZER, seq_len=8, epoch_length=4000, augmentation=None, seed=0,
+                                collection_shares={"bach": 0.6})  # fmt: skip
+    note_on = [TOKENIZER.event_to_token("NOTE_ON", 60 + i) for i in range(3)]
+    drawn = [next(i for i, token in enumerate(note_on) if token in window.tolist()) for window in dataset]
+    counts = np.bincount(drawn, minlength=3) / len(drawn)
+    # bach gets 0.6; folk's 0.4 splits 3:1 by notes (pieces of one note and three notes)
+    np.testing.assert_allclose(counts, [0.6, 0.1, 0.3], atol=0.03)
+    with pytest.raises(ValueError, match="opera"):
+        MidiWindowDataset(corpus, TOKENIZER, seq_len=8, collection_shares={"opera": 0.5})
+    with pytest.raises(ValueError, match="at most 1"):
+        MidiWindowDataset(corpus, TOKENIZER, seq_len=8, collection_shares={"bach": 0.8, "folk": 0.7})
+
+
 def test_training_windows_are_augmented_by_default():
     rng = np.random.default_rng(2)
     notes = random_notes(rng, 3)
