@@ -149,6 +149,7 @@ def convert_collections(
     validation_percent: int = 10,
     test_percent: int = 10,
     corpus_dir: str | Path | None = None,
+    splits: bool = True,
 ) -> ConversionReport:
     """Converts the chosen collections into the cache, only what is missing or changed (module docstring).
 
@@ -159,6 +160,8 @@ def convert_collections(
         progress: Show a tqdm bar.
         validation_percent, test_percent: The split reported per collection.
         corpus_dir: Where the collections' folders are; default music21's corpus (tests point elsewhere).
+        splits: Count each collection's pieces per split and fill ``failed`` (reads every converted file);
+            False for a caller that loads the pieces itself next: the report then names no failure.
     """
     names = check_collections(collections)
     root = Path(corpus_dir) if corpus_dir is not None else music21_corpus_dir()
@@ -181,7 +184,7 @@ def convert_collections(
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
             results = list(tqdm(pool.map(_convert_file, *zip(*todo, strict=True), chunksize=1), **bar))
     report.converted = len(todo) - sum(error is not None for error in results)
-    for name in names:
+    for name in names if splits else ():
         rows = {"pieces": 0, "train": 0, "val": 0, "test": 0, "hours": 0.0}
         for piece in load_pieces([name], cache, corpus_dir=root, warn=False, failed=report.failed):
             rows["pieces"] += 1
@@ -191,6 +194,24 @@ def convert_collections(
     for path, reason in report.failed.items():  # every run names them, not only the one that tried
         warnings.warn(f"skipping music21 file {path}: {reason}", stacklevel=2)
     return report
+
+
+def collections_converted(
+    collections: list[str] | None = None, cache_dir: str | Path | None = None, corpus_dir: str | Path | None = None
+) -> bool:
+    """Whether every file of the chosen collections has been converted (or has failed) once: then loading them
+    costs seconds, not the conversion's minutes. A quick look at which cache files exist; files changed
+    since are converted again when the pieces are loaded."""
+    names = check_collections(collections, warn=False)
+    root = Path(corpus_dir) if corpus_dir is not None else music21_corpus_dir()
+    cache = Path(cache_dir) if cache_dir is not None else cache_root() / "music21"
+    for name in names:
+        folder = root / COLLECTIONS[name].folder
+        for source in _source_files(folder):
+            target = cache / name / f"{source.relative_to(folder).as_posix()}.npz"
+            if not (target.is_file() or _failed_path(target).is_file()):
+                return False
+    return True
 
 
 def load_pieces(
@@ -236,10 +257,14 @@ def load_music21_corpus(
             part index last, and pieces with more parts than that left out (named in ``skipped``,
             counted in a warning): no voice is silently merged into another.
     """  # fmt: skip
-    report = convert_collections(collections, cache_dir, num_workers, progress=False, corpus_dir=corpus_dir)
+    report = convert_collections(collections, cache_dir, num_workers, progress=False, corpus_dir=corpus_dir,
+                                 splits=False)  # fmt: skip
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # convert_collections warned already
-        pieces = [piece for piece in load_pieces(collections, report.cache, corpus_dir) if len(piece.notes)]
+        warnings.simplefilter("ignore")  # the opt-in collections warned already
+        loaded = load_pieces(collections, report.cache, corpus_dir, failed=report.failed)
+    for path, reason in report.failed.items():
+        warnings.warn(f"skipping music21 file {path}: {reason}", stacklevel=2)
+    pieces = [piece for piece in loaded if len(piece.notes)]
     skipped = [f"{name}: {reason}" for name, reason in report.failed.items()]
     if num_parts > 1:
         too_many = [piece for piece in pieces if len(piece.meta["parts"]) > num_parts]
@@ -252,6 +277,50 @@ def load_music21_corpus(
     pieces = pieces[:limit]
     notes = [piece.merged if num_parts == 1 else piece.notes for piece in pieces]
     return MidiCorpus([piece.name for piece in pieces], notes, skipped, [piece.controls for piece in pieces])
+
+
+def source_file(name: str, corpus_dir: str | Path | None = None) -> Path | None:
+    """The file of music21's corpus a piece name (``<collection>/<path>[#<number>]``) comes from; None if none does."""
+    collection, _, rest = name.partition("/")
+    if collection not in COLLECTIONS or not rest or rest.startswith("/") or ".." in Path(rest).parts:
+        return None
+    root = Path(corpus_dir) if corpus_dir is not None else music21_corpus_dir()
+    stem = root / COLLECTIONS[collection].folder / rest.split("#")[0]
+    found = [stem.with_name(stem.name + suffix) for suffix in SOURCE_SUFFIXES if stem.with_name(stem.name + suffix).is_file()]
+    return found[0] if found else None
+
+
+def load_named_pieces(names: list[str], num_parts: int = 1, cache_dir: str | Path | None = None) -> MidiCorpus:
+    """The pieces ``names`` of music21's collections with their controls, converting only the files they come
+    from (seconds, where :func:`load_music21_corpus` would convert whole collections). Names without a
+    source file, and pieces with more than ``num_parts`` parts, are left out (in ``skipped``).
+
+    The files are converted into the same cache as :func:`convert_collections` (a copy keeps the source's
+    size and time), so a later conversion of the whole collection reuses them.
+    """
+    import shutil
+    import tempfile
+
+    cache = Path(cache_dir) if cache_dir is not None else cache_root() / "music21"
+    sources = {name: source_file(name) for name in names}
+    skipped = [f"{name}: no such piece in music21's corpus" for name, source in sources.items() if source is None]
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, source in sources.items():
+            if source is not None:
+                collection = name.split("/")[0]
+                relative = source.relative_to(music21_corpus_dir() / COLLECTIONS[collection].folder)
+                copy = Path(scratch) / COLLECTIONS[collection].folder / relative
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, copy)  # size and mtime kept: the cache's stamp is the source's
+        collections = sorted({name.split("/")[0] for name, source in sources.items() if source is not None})
+        corpus = load_music21_corpus(collections, cache, corpus_dir=scratch, num_parts=num_parts) if collections else None
+    if corpus is None:
+        return MidiCorpus([], [], skipped, [])
+    wanted = [i for i, name in enumerate(corpus.names) if name in sources]
+    skipped += [f"{name}: not converted (more than num_parts={num_parts} parts, or unreadable)"
+                for name in sources if sources[name] is not None and name not in corpus.names]  # fmt: skip
+    return MidiCorpus([corpus.names[i] for i in wanted], [corpus.notes[i] for i in wanted], skipped,
+                      [corpus.controls[i] for i in wanted])  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- conversion
