@@ -1,7 +1,8 @@
 """Transformers on text, images and music with one shared set of attention blocks.
 
-``from multimodal import load; model, tokenizer = load(PATH)`` loads a model folder (``multimodal
-export``) or a training checkpoint without Lightning (:mod:`multimodal.convert.folder`). Importing the
+``from multimodal import load; model, tokenizer = load("music")`` loads the music model that ships
+in the package (:mod:`multimodal.pretrained`); ``load(PATH)`` a model folder (``multimodal export``)
+or a training checkpoint, without Lightning (:mod:`multimodal.convert.folder`). Importing the
 package loads nothing else: the subpackages are imported where they are used.
 """
 
@@ -17,7 +18,9 @@ _moved.install()  # the 0.1 module paths (multimodal.synthesis, ...) for one mor
 
 
 def load(path: Any, device: Any = "cpu") -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a model folder or a ``.ckpt``, in eval mode on ``device``; see :func:`multimodal.convert.folder.load`."""
+    """``(model, tokenizer)`` of a shipped model's name (``"music"``; ``multimodal models`` lists them), a model
+    folder or a ``.ckpt``, in eval mode on ``device``; see :func:`multimodal.convert.folder.load`."""
     from multimodal.convert.folder import load as load_folder
+    from multimodal.pretrained import resolve_model
 
-    return load_folder(path, device)
+    return load_folder(resolve_model(path), device)

@@ -39,6 +39,7 @@ from multimodal.models.parameters import (
     scale_learning_rates,
     unfreeze,
 )
+from multimodal.pretrained import resolve_model
 from tasks.checkpoint import read_task_checkpoint
 from tasks.optim import fused_on_cuda
 
@@ -49,7 +50,8 @@ class FineTuneConfig:
 
     Attributes:
         init_from: An export folder (``multimodal export`` / ``multimodal convert``), a
-            ``blocks.safetensors`` file or a task ``.ckpt``; None trains from scratch.
+            ``blocks.safetensors`` file, a task ``.ckpt`` or the name of a model that ships with the
+            package (``music``: :mod:`multimodal.pretrained`); None trains from scratch.
         init_select: Parts copied from it: ``blocks``, ``embeddings``, ``head``, or ``blocks[:k]``.
         init_stack: Models with two Transformer stacks (conditional super-resolution): the one
             that receives the blocks, ``encoder`` or ``decoder`` (also the one read from a
@@ -135,7 +137,7 @@ class FineTuningMixin:
         if self.finetune is None or self.finetune.init_from is None or self._pretrained_loaded:
             return
         spec = self.finetune
-        source = spec.init_from
+        source = str(resolve_model(spec.init_from))  # a shipped model's name (music) is its folder
         if str(source).endswith(".ckpt"):
             source = read_task_checkpoint(source, spec.init_stack)
         report = load_blocks(self.model, source, spec.init_select, strict=spec.strict, stack=spec.init_stack)

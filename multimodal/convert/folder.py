@@ -87,6 +87,7 @@ def save_model_folder(
     task_settings: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
     readme: str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Writes ``model`` (with its config, tokenizer and a README) as a model folder; returns the folder.
 
@@ -99,9 +100,13 @@ def save_model_folder(
         task_settings: The task's other init arguments (class names, sampling defaults, ...).
         data: The data settings of the run (held-out pieces, context length) for the commands.
         readme: Text of ``README.md``.
+        dtype: Store the floating-point weights in this dtype (``torch.float16``: half the size); :func:`load`
+            reads them back into a float32 model. None: as they are.
     """
     if any(isinstance(module, LoRALinear) for module in model.modules()):
         model = merge_lora(copy.deepcopy(model))  # the folder holds plain weights; the caller's model is unchanged
+    if dtype is not None:
+        model = copy.deepcopy(model).to(dtype)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"format": FORMAT, "family": family_of(model), "model": dataclasses.asdict(model.config)}

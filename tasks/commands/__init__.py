@@ -59,6 +59,10 @@ COMMANDS: dict[str, Command] = {
         "a trained checkpoint -> a model folder (multimodal.load): multimodal export --checkpoint CKPT --out DIR",
         "tasks.commands.export:export_command",
     ),
+    "models": Command(
+        "the models that ship with the package (load('music'), --model music): multimodal models",
+        "tasks.commands.models:models_command",
+    ),
     "serve": Command(
         "a local web page to play with a model: multimodal serve --checkpoint CKPT_OR_FOLDER [--port N]",
         "tasks.commands.serve:serve_command",

@@ -34,19 +34,18 @@ def perplexity_command(argv: list[str]) -> None:
 
 
 def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str], refusal: str) -> None:
-    """Adds ``--checkpoint`` / ``--device`` and the options of the checkpoint's task's command module, and runs
-    its ``run_<name>``."""
+    """Adds ``--checkpoint`` or ``--model`` / ``--device`` and the options of the checkpoint's task's command
+    module, and runs its ``run_<name>``."""
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--checkpoint", type=Path)
+    first.add_argument("--model")
     first.add_argument("--device", default=None)
     known, _ = first.parse_known_args(argv)
-    parser.add_argument("--checkpoint", type=Path, required=True,
-                        help="a .ckpt written by `multimodal fit`, a run folder (its best checkpoint) or a model folder")
+    add_model_arguments(parser)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     loaded = run = None
-    if known.checkpoint is not None and not known.checkpoint.exists() and not {"-h", "--help"} & set(argv):
-        parser.error(f"--checkpoint {known.checkpoint}: no such checkpoint file or folder")  # before the task's options
-    if known.checkpoint is not None and known.checkpoint.exists():
+    path = model_path(parser, known.checkpoint, known.model, quiet=bool({"-h", "--help"} & set(argv)))
+    if path is not None:
         import torch
 
         from tasks.checkpoint import load_task
@@ -54,22 +53,56 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
 
         device = known.device or ("cuda" if torch.cuda.is_available() else "cpu")
         check_device(parser, device)  # before loading: a bad device is not a bad checkpoint
-        loaded = load_task(known.checkpoint, map_location=device)
+        loaded = load_task(path, map_location=device)
         commands = task_commands(type(loaded.task))
         add_arguments = getattr(commands, f"add_{name}_arguments", None)
         run = getattr(commands, f"run_{name}", None)
         if add_arguments is not None:
             add_arguments(parser)  # without run_<name>, it may explain what to run instead, and exit
         if run is None:
-            parser.error(f"{known.checkpoint}: a {type(loaded.task).__name__} checkpoint {refusal}")
+            parser.error(f"{path}: a {type(loaded.task).__name__} checkpoint {refusal}")
     else:
         parser.add_argument("rest", nargs="*", help="the options of the checkpoint's task")
     args = parser.parse_args(argv)
-    if loaded is None:
-        parser.error(f"checkpoint not found: {args.checkpoint}")
     if name == "generate":
         _check_decoding(parser, args)
     run(loaded.task.model, loaded.tokenizer, args, loaded.data)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--checkpoint PATH`` or ``--model NAME_OR_FOLDER`` (one of the two, ``required`` or not)."""
+    source = parser.add_mutually_exclusive_group(required=required)
+    source.add_argument("--checkpoint", type=Path,
+                        help="a .ckpt written by `multimodal fit`, a run folder (its best checkpoint) or a model folder")
+    source.add_argument("--model",
+                        help="a model that ships with the package (`multimodal models` lists them: music) or a "
+                             "model folder")  # fmt: skip
+
+
+def model_path(parser: argparse.ArgumentParser, checkpoint: Path | None, model: str | None, option: str = "--model",
+               quiet: bool = False) -> Path | None:  # fmt: skip
+    """The file or folder ``--checkpoint`` or ``--model`` (``option``: how the user named it) means; None when
+    neither is given. One line through ``parser.error`` for a missing one, or None with ``quiet`` (``--help``)."""
+    if checkpoint is not None and model is not None:
+        parser.error(f"--checkpoint, {option}: give one of them")
+    path, named = checkpoint, f"--checkpoint {checkpoint}"
+    if model is not None:
+        from multimodal.pretrained import SHIPPED, resolve_model
+
+        named = f"{option} {model}"
+        try:
+            path = resolve_model(model)
+        except (ValueError, OSError) as error:
+            if quiet:
+                return None
+            parser.error(f"{named}: {getattr(error, 'strerror', None) or error}")
+        if not path.exists() and not quiet:
+            parser.error(f"{named}: neither a shipped model ({', '.join(SHIPPED)}) nor a model folder or checkpoint")
+    if path is not None and not path.exists():
+        if quiet:
+            return None
+        parser.error(f"{named}: no such checkpoint file or folder")  # before the task's options
+    return path
 
 
 #: Options only sampling uses. Beam search (``--num-beams N``, N > 1) is deterministic and refuses

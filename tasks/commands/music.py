@@ -18,7 +18,7 @@ from torch import nn
 
 from multimodal.data.music import MidiCorpus, load_bach_chorales, load_midi_files
 from multimodal.data.music21_collections import check_collections
-from multimodal.data.music21_corpus import load_music21_corpus
+from multimodal.data.music21_corpus import collections_converted, load_music21_corpus
 from multimodal.limits import MAX_BATCH_SIZE, MAX_BEAMS, MAX_CONTEXT, MAX_NEW_TOKENS, MAX_SAMPLES
 from multimodal.music import (
     MusicScore,
@@ -84,7 +84,8 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
 def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace, data: Mapping[str, Any]) -> None:
     """Writes ``sample_{i}.mid/.png/.wav`` continuations of the primer to ``args.out``.
 
-    Without ``--primer`` the primer is the first held-out piece of the run (``data``: its data settings).
+    Without ``--primer`` the primer is the first held-out piece of the run (``data``: its data settings), or
+    nothing (the controls alone) when the run's music21 collections are not converted on this machine.
     """
     asked = [f"--{name}" for name in CONTROL_NAMES if getattr(args, name, None) is not None]
     if asked and not getattr(tokenizer.config, "controls", False):
@@ -106,6 +107,8 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
                              f"{args.primer_seconds:g} s; give a longer --primer-seconds or another file")  # fmt: skip
     elif args.primer_seconds == 0:
         notes, source = np.empty((0, 4)), "nothing"
+    elif not pieces_at_hand(data):
+        notes, source = np.empty((0, 4)), "nothing (the model's held-out pieces are not converted here: give --primer)"
     else:
         held_out = run_pieces(data, "val")
         notes, source = held_out.notes[0], f"held-out piece {held_out.names[0]}"
@@ -115,7 +118,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         max_new_tokens=args.max_new_tokens, seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
-    print(f"primer: first {args.primer_seconds:g} s of {source} ({len(primer)} events)")
+    print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({len(primer)} events)")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav preview'})")
 
@@ -271,6 +274,13 @@ def _score_row(name: str, score: MusicScore) -> str:
 
 
 # ------------------------------------------------------------------------------------- the run's pieces
+def pieces_at_hand(data: Mapping[str, Any]) -> bool:
+    """Whether a run's pieces load in seconds here: False for music21 collections not converted on this machine
+    (a shipped model's, until ``multimodal data music21`` has run: the conversion takes minutes)."""
+    collections = data.get("collections")
+    return not collections or collections_converted(check_collections(list(collections), warn=False))
+
+
 def run_pieces(data: Mapping[str, Any], split: str) -> MidiCorpus:
     """One split of the pieces a run used: its ``midi_dir`` or the chorales, split as the run split them.
 

@@ -22,7 +22,7 @@ from multimodal.music import (
 )
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
-from tasks.commands.music import run_pieces
+from tasks.commands.music import pieces_at_hand, run_pieces
 from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
@@ -37,13 +37,14 @@ class MusicSession:
     Args:
         task: A ``MusicContinuation`` task (its model in eval mode).
         tokenizer: Its MIDI tokenizer.
-        data: Its run's data settings (the held-out pieces of the run are the primers offered).
+        data: Its run's data settings (the held-out pieces of the run are the primers offered, when they are
+            at hand: :func:`~tasks.commands.music.pieces_at_hand`).
     """
 
     def __init__(self, task: Any, tokenizer: Any, data: dict[str, Any]) -> None:
         self.task, self.tokenizer = task, tokenizer
-        held_out = run_pieces(data, "val")
-        self.pieces = dict(zip(held_out.names, held_out.notes, strict=True))
+        held_out = run_pieces(data, "val") if pieces_at_hand(data) else None
+        self.pieces = dict(zip(held_out.names, held_out.notes, strict=True)) if held_out is not None else {}
         self.folder = Path(tempfile.mkdtemp(prefix="multimodal-serve-"))
         self.count = itertools.count(1)  # next() is atomic: concurrent requests get their own folders
 

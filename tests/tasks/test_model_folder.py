@@ -120,3 +120,23 @@ def test_a_broken_model_folder_is_one_clear_error(tmp_path, monkeypatch, capsys)
         main(["generate", "--checkpoint", str(unknown), "--out", "o"])
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("error: ") and "model.safetensors" in line
+
+
+def test_a_half_precision_export_stores_float16_and_loads_each_weight_rounded_once(tmp_path, monkeypatch):
+    from safetensors import safe_open
+
+    monkeypatch.chdir(tmp_path)
+    checkpoint = _checkpoint("music", tmp_path)
+    task, _, _ = load_task(checkpoint)
+    main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "half"), "--half"])
+    main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "full")])
+    with safe_open(tmp_path / "half" / "model.safetensors", "pt") as file:
+        stored = {file.get_tensor(key).dtype for key in file.keys()}  # noqa: SIM118 (safe_open is no mapping)
+    assert torch.float16 in stored and not stored & {torch.float32, torch.float64}
+    half_bytes = (tmp_path / "half" / "model.safetensors").stat().st_size
+    assert half_bytes < 0.6 * (tmp_path / "full" / "model.safetensors").stat().st_size
+    model, _ = multimodal.load(tmp_path / "half")
+    for (name, loaded), original in zip(model.state_dict().items(), task.model.state_dict().values(), strict=True):
+        assert loaded.dtype == original.dtype, name
+        rounded = original.half().to(original.dtype) if original.is_floating_point() else original
+        torch.testing.assert_close(loaded, rounded, atol=0, rtol=0)

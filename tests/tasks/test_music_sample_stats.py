@@ -51,7 +51,7 @@ def test_sample_stats_command_prints_the_table_and_writes_json(trained, tmp_path
 def test_sample_stats_says_when_the_checkpoint_is_missing(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["sample-stats", "--checkpoint", str(tmp_path / "missing.ckpt")])
-    assert "checkpoint not found" in capsys.readouterr().err
+    assert "no such checkpoint file or folder" in capsys.readouterr().err
 
 
 def test_sample_stats_refuses_a_checkpoint_of_another_task(tmp_path, monkeypatch, capsys):
@@ -125,3 +125,25 @@ def test_duration_vocabulary_trains_and_validation_reports_nats_per_note_and_sec
     nll_sum = float(metrics["val_nll"]) * targets
     assert float(metrics["val_nll_per_note"]) == pytest.approx(nll_sum / notes, rel=1e-5)
     assert float(metrics["val_nll_per_second"]) == pytest.approx(nll_sum / seconds, rel=1e-5)
+
+
+def test_sample_stats_compares_with_the_shipped_model_on_pieces_neither_trained_on(trained, tmp_path, capsys):
+    from multimodal.data.music import load_bach_chorales, piece_split
+    from tasks.checkpoint import data_settings
+
+    checkpoint = trained / "checkpoints" / "last.ckpt"
+    data = data_settings(checkpoint)
+    own_training = load_bach_chorales(limit=data["limit"]).split("train", data["validation_percent"], data["test_percent"])
+    # the shipped model trained on music21's bach/<name> files its split puts in "train"
+    unseen = [name for name in own_training.names if piece_split(f"bach/{name}", 10, 10) != "train"]
+    assert unseen, "the tiny run's training chorales should include some the shipped model never saw"
+    report = tmp_path / "compare.json"
+    main(["sample-stats", "--checkpoint", str(checkpoint), "--split", "train", "--num-primers", "12", "--compare",
+          "music", "--max-new-tokens", "32", "--json", str(report)])  # fmt: skip
+    printed = capsys.readouterr().out
+    numbers = json.loads(report.read_text())
+    assert numbers["primers"] == unseen and numbers["models"] == [str(checkpoint), "music"]
+    assert all(0 <= row[feature] <= 1 for row in numbers["overlaps"] for feature in FEATURES)
+    tiny, shipped = numbers["nats_per_second"]
+    assert 0 < shipped < tiny  # an 8-window model against one trained for an hour: the shipped one reads the chorales
+    assert f"| {checkpoint!s} | music |" in printed

@@ -115,7 +115,7 @@ def test_serve_refuses_a_missing_checkpoint_in_one_line(tmp_path, capsys, monkey
     monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
     with pytest.raises(SystemExit) as stopped:
         main(["serve", "--checkpoint", str(tmp_path / "missing.ckpt")])
-    assert stopped.value.code == 2 and "checkpoint not found" in capsys.readouterr().err
+    assert stopped.value.code == 2 and "no such checkpoint file or folder" in capsys.readouterr().err
 
 
 def test_text_and_image_functions_check_their_settings_whatever_the_api_sends(checkpoints):

@@ -1,0 +1,120 @@
+"""The music model that ships inside the package: intact, loadable without Lightning, and making chorale-like
+music from held-out chorales it never trained on."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from multimodal.data.music import piece_split
+from multimodal.data.music21_corpus import load_music21_corpus, music21_corpus_dir
+from multimodal.pretrained import HERE, SHIPPED, file_checksums, resolve_model, verify
+from tasks.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = HERE / "music"
+
+
+def test_the_shipped_folder_matches_its_checksums_and_stays_small():
+    listed = dict(reversed(line.split("  ")) for line in (FOLDER / "SHA256SUMS").read_text().splitlines())
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(listed)
+    assert verify(FOLDER) == [] and file_checksums(FOLDER) == listed
+    assert sum(path.stat().st_size for path in FOLDER.iterdir()) < 30 * 2**20
+
+
+def test_a_changed_byte_is_caught(tmp_path):
+    copy = shutil.copytree(FOLDER, tmp_path / "music")
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    assert verify(copy) == ["model.safetensors"]
+
+
+def test_load_music_needs_no_lightning_and_reads_half_precision_into_float32():
+    script = ("import sys, torch; from multimodal import load; model, tokenizer = load('music'); "
+              "assert not any(name.split('.')[0] in ('pytorch_lightning', 'lightning') for name in sys.modules); "
+              "assert {p.dtype for p in model.parameters()} == {torch.float32} and not model.training; "
+              "assert tokenizer.config.num_parts == 5 and tokenizer.config.controls; print('ok')")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_shipped_name_resolves_and_a_path_stays_a_path(tmp_path):
+    assert resolve_model("music") == FOLDER and set(SHIPPED) == {"music"}
+    assert resolve_model(str(tmp_path)) == tmp_path
+
+
+@pytest.fixture(scope="module")
+def held_out_chorales(tmp_path_factory):
+    """Up to six chorales of the shipped model's test split, converted from music21's corpus."""
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "bach").mkdir()
+    chosen = [path for path in sorted((music21_corpus_dir() / "bach").glob("bwv*.mxl"))
+              if piece_split(f"bach/{path.stem}", 10, 10) == "test"][:6]  # fmt: skip
+    for path in chosen:
+        shutil.copy(path, folder / "bach")
+    corpus = load_music21_corpus(["bach"], cache_dir=folder / "cache", corpus_dir=folder, num_parts=5)
+    assert len(corpus) >= 4
+    return corpus
+
+
+def test_the_shipped_model_continues_held_out_chorales_like_the_chorales(held_out_chorales):
+    from multimodal import load
+    from multimodal.music import evaluate_continuations
+    from multimodal.music.stats import overlaps
+
+    model, tokenizer = load("music")
+    pieces = held_out_chorales
+    generated, reference, _ = evaluate_continuations(
+        model, tokenizer, pieces.notes, primer_seconds=4.0, max_new_tokens=256, top_p=0.95, seed=0,
+        controls=pieces.controls)  # fmt: skip
+    found = overlaps(generated, reference)
+    # The card reports 8 test chorales' overlaps; a loose bound on these few (a model that ignores
+    # the primer, or writes one voice, falls far below).
+    assert found["duration"] > 0.6 and found["polyphony"] > 0.6, found
+
+
+def test_generate_and_models_know_the_shipped_model_by_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MULTIMODAL_CACHE", str(tmp_path / "cache"))  # no converted collections: from nothing
+    main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--style", "chorale", "--key", "G minor",
+          "--max-new-tokens", "48", "--no-audio", "--seed", "0"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "primer: nothing" in printed and (tmp_path / "out" / "sample_0.mid").is_file()
+    main(["models"])
+    assert "music" in (listing := capsys.readouterr().out) and "checksums match" in listing
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--model", "nosuch", "--out", "x"], "--model nosuch: neither a shipped model (music) nor a model folder or checkpoint"),
+    (["generate", "--model", "music", "--checkpoint", "x.ckpt"], "--checkpoint, --model: give one of them"),
+])  # fmt: skip
+def test_a_bad_model_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_run_with_another_vocabulary_starts_from_the_shipped_blocks():
+    """docs/pretrained.md: a MIDI folder's single-part vocabulary takes the blocks alone (init_select: [blocks])."""
+    import json
+
+    import torch
+
+    from multimodal import load
+    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
+    from tasks.music_continuation import MusicContinuation
+
+    shipped, _ = load("music")
+    config = {**json.loads((FOLDER / "config.json").read_text())["model"], "vocab_size": MidiDurationTokenizer().vocab_size}
+    task = MusicContinuation(config, finetune={"init_from": "music", "init_select": ["blocks"]})
+    task.load_pretrained()
+    blocks = dict(shipped.decoder.named_parameters())
+    assert blocks and dict(task.model.decoder.named_parameters()).keys() == blocks.keys()
+    for name, parameter in task.model.decoder.named_parameters():
+        torch.testing.assert_close(parameter, blocks[name], atol=0, rtol=0)
+    assert task.model.embedding.weight.shape[0] < shipped.embedding.weight.shape[0]  # its own, fresh
