@@ -1,0 +1,286 @@
+"""The shipped music model: its test-split report against the demo's recipe, and its export into the package.
+
+The model is trained by ``make pretrained-music`` (``configs/pretrained/music.yaml``; its best
+checkpoint on the **validation** pieces is the one shipped). This script then
+
+``--peer``     trains the demo's 7-minute recipe (``configs/music_demo.yaml``: 2 layers x 128, the same
+               note-duration vocabulary without parts or controls) on the Bach collection with the
+               shipped model's split (pieces split by the same names), one run per ``--seeds`` entry;
+``--report``   measures the shipped model once on the **test** split: nats per note and per second of
+               music per collection, the control accuracies and sample-statistics overlaps of
+               ``benchmarks/music_direction.py``, the NLL of its float16 export, and nats per
+               second on the test Bach pieces against each peer run (target: >= 15 % lower);
+``--finetune`` the fine-tuning example of docs/pretrained.md: on a collection the model never saw
+               (``--finetune-collection``, default the Trecento pieces, opt-in: measured, not shipped),
+               ``--finetune-steps`` steps from the shipped weights against as many from scratch, the
+               same recipe otherwise; test nats per note of each run's best checkpoint on validation;
+``--export``   writes the float16 model folder into ``multimodal/pretrained/music`` with its model card
+               (the numbers of ``--report``) and ``SHA256SUMS``;
+``--table``    prints the report.
+
+Each run appends one JSON line to ``--out``. Run it alone on the machine::
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/pretrained_music.py --peer --report --export
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import music_direction
+from protocol import load, record, spread
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+SHIPPED_RUN = ROOT / "outputs" / "pretrained_music"
+PEER_ROOT = ROOT / "outputs" / "pretrained_music_peer"
+PACKAGE_FOLDER = ROOT / "multimodal" / "pretrained" / "music"
+TARGET = 0.15  # the shipped model's nats per second on the test chorales: at least 15 % below the peer's
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path, default=SHIPPED_RUN, help="the shipped model's run (its best.ckpt)")
+    parser.add_argument("--peer", action="store_true", help="train the demo recipe's runs on the same split")
+    parser.add_argument("--report", action="store_true", help="measure the shipped model on the test split")
+    parser.add_argument("--export", action="store_true", help="write the float16 folder and its card into the package")
+    parser.add_argument("--finetune", action="store_true", help="fine-tuned vs from scratch on an unseen collection")
+    parser.add_argument("--finetune-collection", default="trecento")
+    parser.add_argument("--finetune-steps", type=int, default=150)
+    parser.add_argument("--table", action="store_true", help="print the report of --out")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="peer runs")
+    parser.add_argument("--new-tokens", type=int, default=384)
+    parser.add_argument("--per-key", type=int, default=2)
+    parser.add_argument("--per-style", type=int, default=16)
+    parser.add_argument("--pieces", type=int, default=8)
+    parser.add_argument("--primer-seconds", type=float, default=4.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "pretrained_music.jsonl")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    if args.peer:
+        for seed in args.seeds:
+            train_peer(seed)
+    if args.report:
+        result = report(args)
+        record(args.out, result, stage="report")
+        print(json.dumps(result))
+    if args.finetune:
+        done = {(row["start"], row["seed"]) for row in load(args.out) if row.get("kind") == "finetune"
+                and row["steps"] == args.finetune_steps and row["collection"] == args.finetune_collection}  # fmt: skip
+        for seed in args.seeds:
+            for start in ("shipped", "scratch"):
+                if (start, seed) not in done:
+                    record(args.out, finetune_run(start, seed, args), stage="report")
+    if args.export:
+        export(args)
+    if args.table or args.report:
+        print(table(load(args.out)))
+
+
+def train_peer(seed: int) -> Path:
+    """The demo's recipe (its config, its 7 minutes) on the Bach collection, parts merged; its best checkpoint."""
+    run = PEER_ROOT / "lightning_logs" / f"seed{seed}"
+    best = run / "checkpoints" / "best.ckpt"
+    if best.is_file():
+        print(f"peer seed {seed}: already trained ({best})")
+        return best
+    command = [sys.executable, "-m", "tasks.cli", "fit", "--config", str(CONFIGS / "music_continuation.yaml"),
+               "--config", str(CONFIGS / "music_demo.yaml"), "--data.init_args.collections", "[bach]",
+               "--seed_everything", str(seed), "--data.init_args.seed", str(seed), "--trainer.enable_progress_bar",
+               "false", "--trainer.default_root_dir", str(PEER_ROOT), "--run_name", f"seed{seed}"]  # fmt: skip
+    subprocess.run(command, cwd=ROOT, check=True)
+    return best
+
+
+def finetune_run(start: str, seed: int, args: argparse.Namespace) -> dict:
+    """One run on ``--finetune-collection``: from the shipped weights (``start="shipped"``) or from scratch."""
+    root = ROOT / "outputs" / "pretrained_music_finetune"
+    name = f"{args.finetune_collection}_{start}_seed{seed}"
+    steps = args.finetune_steps
+    command = [sys.executable, "-m", "tasks.cli", "fit", "--config", str(CONFIGS / "music_continuation.yaml"),
+               "--config", str(CONFIGS / "pretrained" / "music.yaml"),
+               "--data.init_args.collections", f"[{args.finetune_collection}]", "--data.init_args.collection_shares",
+               "null", "--data.init_args.epoch_length", str(steps * 16 // 3), "--trainer.max_steps", str(steps),
+               "--model.init_args.warmup_steps", str(max(steps // 10, 1)), "--seed_everything", str(seed),
+               "--data.init_args.seed", str(seed), "--trainer.default_root_dir", str(root), "--run_name", name]  # fmt: skip
+    if start == "shipped":
+        command += ["--model.init_args.finetune.init_from", "music"]
+    started = time.perf_counter()
+    if not (root / "lightning_logs" / name / "checkpoints" / "best.ckpt").is_file():
+        subprocess.run(command, cwd=ROOT, check=True)
+    best = root / "lightning_logs" / name / "checkpoints" / "best.ckpt"
+    numbers = per_collection(best)[args.finetune_collection]
+    return {"kind": "finetune", "collection": args.finetune_collection, "start": start, "seed": seed, "steps": steps,
+            "seconds": round(time.perf_counter() - started, 1), **numbers}  # fmt: skip
+
+
+def report(args: argparse.Namespace) -> dict:
+    """The shipped model's test numbers, its float16 export's, and the peers' nats per second on the same Bach pieces."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+    from multimodal.music import score_music
+    from tasks.checkpoint import load_task
+    from tasks.commands.export import export_model_folder
+    from tasks.runs import resolve_checkpoint
+
+    checkpoint = resolve_checkpoint(args.checkpoint)
+    started = time.perf_counter()
+    result = {"checkpoint": str(checkpoint.relative_to(ROOT) if checkpoint.is_relative_to(ROOT) else checkpoint)}
+    loaded = load_task(checkpoint)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    result.update(steps=int(saved.get("global_step", 0)), parameters=sum(p.numel() for p in loaded.task.model.parameters()))
+    with tempfile.TemporaryDirectory() as scratch:
+        half = export_model_folder(checkpoint, Path(scratch) / "music", half=True)
+        result["float32"] = music_direction.measure(checkpoint, 0, args)
+        result["float32"].pop("checkpoint")
+        result["float32"]["per_collection"] = per_collection(checkpoint)
+        # float16 storage: the same weights rounded, read back into float32; its test NLL must hold
+        result["float16"] = {"per_collection": per_collection(half)}
+        result["folder_bytes"] = sum(file.stat().st_size for file in half.iterdir() if file.is_file())
+
+    # nats per second of music on the test Bach pieces: the shipped model (parts kept) against each peer (merged)
+    data = loaded.data
+    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
+    with_parts = load_music21_corpus(["bach"], num_parts=data["num_parts"]).split("test", *percents)
+    merged = load_music21_corpus(["bach"], num_parts=1).split("test", *percents)
+    pieces = [notes for name, notes in zip(merged.names, merged.notes, strict=True) if name in set(with_parts.names)]
+    shipped = result["float32"]["per_collection"]["bach"]
+    assert len(pieces) == shipped["pieces"], "the peers are scored on the shipped model's test pieces"
+    result["bach_test_pieces"], result["peers"] = len(pieces), []
+    for run in sorted((PEER_ROOT / "lightning_logs").glob("seed*")):
+        peer, tokenizer, peer_data = load_task(run / "checkpoints" / "best.ckpt")
+        scores = [score_music(peer.model, tokenizer, notes, peer_data.get("seq_len", 256)) for notes in pieces]
+        total = sum(scores[1:], scores[0])
+        result["peers"].append({"run": run.name, "nats_per_second": total.per_second, "nats_per_note": total.per_note})
+    if result["peers"]:
+        peer_mean = statistics.fmean(p["nats_per_second"] for p in result["peers"])
+        result["bach_reduction_per_second"] = 1 - shipped["nats_per_second"] / peer_mean
+    result["report_seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def per_collection(path: Path) -> dict:
+    """Nats per note and per second of music of the model at ``path`` on each collection's test pieces."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+    from multimodal.music import score_music
+    from tasks.checkpoint import load_task
+
+    task, tokenizer, data = load_task(path)
+    corpus = load_music21_corpus(data["collections"], num_parts=data.get("num_parts", 1))
+    test = corpus.split("test", data.get("validation_percent", 10), data.get("test_percent", 10))
+    groups: dict[str, list] = {}
+    for name, notes in zip(test.names, test.notes, strict=True):
+        groups.setdefault(name.split("/")[0], []).append(score_music(task.model, tokenizer, notes, data.get("seq_len", 256)))
+    totals = {collection: sum(scores[1:], scores[0]) for collection, scores in groups.items()}
+    return {collection: {"pieces": len(groups[collection]), "nats_per_note": total.per_note,
+                         "nats_per_second": total.per_second, "seconds": total.seconds}
+            for collection, total in sorted(totals.items())}  # fmt: skip
+
+
+def export(args: argparse.Namespace) -> None:
+    """The float16 model folder, its card and its checksums, into ``multimodal/pretrained/music``."""
+    from multimodal.pretrained import write_checksums
+    from tasks.commands.export import export_model_folder
+    from tasks.runs import resolve_checkpoint
+
+    rows = [row for row in load(args.out) if row.get("stage") == "report" and row.get("kind") != "finetune"]
+    if not rows:
+        raise SystemExit(f"error: {args.out}: no report yet; run --report first")
+    if PACKAGE_FOLDER.exists():
+        shutil.rmtree(PACKAGE_FOLDER)  # the script's own folder: rewritten whole
+    export_model_folder(resolve_checkpoint(args.checkpoint), PACKAGE_FOLDER, half=True)
+    (PACKAGE_FOLDER / "README.md").write_text(card(rows[-1]), encoding="utf-8")  # the numbers, not the fine-tuning
+    write_checksums(PACKAGE_FOLDER)
+    size = sum(path.stat().st_size for path in PACKAGE_FOLDER.iterdir()) / 2**20
+    print(f"wrote {PACKAGE_FOLDER} ({size:.1f} MiB)")
+
+
+def table(rows: list[dict]) -> str:
+    """The last report as Markdown tables."""
+    tuned = [row for row in rows if row.get("kind") == "finetune"]
+    rows = [row for row in rows if row.get("stage") == "report" and row.get("kind") != "finetune"]
+    if not rows:
+        return "no report yet"
+    row = rows[-1]
+    lines = [f"shipped model: {row['parameters'] / 1e6:.2f} M parameters, {row['steps']} steps; "
+             f"folder {row['folder_bytes'] / 2**20:.1f} MiB (float16)", "",
+             "| collection | test pieces | nats/note fp32 | nats/note fp16 | nats/s fp32 | nats/s fp16 | "
+             "duration overlap | polyphony overlap |", "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for collection, numbers in row["float32"]["per_collection"].items():
+        half = row["float16"]["per_collection"][collection]
+        found = row["float32"]["overlaps"].get(collection, {})
+        lines.append(f"| {collection} | {numbers['pieces']} | {numbers['nats_per_note']:.3f} | {half['nats_per_note']:.3f} "
+                     f"| {numbers['nats_per_second']:.2f} | {half['nats_per_second']:.2f} "
+                     f"| {found.get('duration', float('nan')):.3f} | {found.get('polyphony', float('nan')):.3f} |")  # fmt: skip
+    lines += ["", "| control | accuracy |", "|---|---:|"]
+    for key in ("key_accuracy", "key_baseline_accuracy", "style_accuracy", "style_classifier_test_accuracy"):
+        lines.append(f"| {key} | {row['float32'][key]:.3f} |")
+    if row.get("peers"):
+        peers = [peer["nats_per_second"] for peer in row["peers"]]
+        shipped = row["float32"]["per_collection"]["bach"]["nats_per_second"]
+        lines += ["", f"test Bach pieces ({row['bach_test_pieces']}), nats per second of music: shipped {shipped:.3f}; "
+                  f"the demo recipe {spread(peers, 3)} over {len(peers)} run(s); "
+                  f"{100 * row['bach_reduction_per_second']:.1f} % lower (target {100 * TARGET:.0f} %)"]  # fmt: skip
+    if tuned:
+        lines += ["", f"fine-tuning on {tuned[0]['collection']} ({tuned[0]['pieces']} test pieces), "
+                  f"{tuned[0]['steps']} steps each:", "", "| start | runs | test nats/note | test nats/s |",
+                  "|---|---:|---:|---:|"]  # fmt: skip
+        for start in ("shipped", "scratch"):
+            runs = [t for t in tuned if t["start"] == start]
+            if runs:
+                lines.append(f"| {start} | {len(runs)} | {spread([t['nats_per_note'] for t in runs], 3)} | "
+                             f"{spread([t['nats_per_second'] for t in runs], 2)} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def card(row: dict) -> str:
+    """The model card (README.md) of the shipped folder, from one report."""
+    return "\n".join([
+        "# music: the model that ships with multimodal",
+        "",
+        "A Music Transformer (relative attention, the note-duration vocabulary) whose notes keep their part",
+        "(up to five voices) and whose sequences open with style, key, meter and note-density tokens, so",
+        "it can be directed (`--style chorale --key 'G minor'`), harmonize a melody and fill a gap.",
+        "",
+        "```python",
+        "from multimodal import load",
+        'model, tokenizer = load("music")',
+        "```",
+        "",
+        "`multimodal generate --model music --out out --style chorale --key 'G minor'`, `multimodal serve`.",
+        "",
+        "## Data and licences",
+        "",
+        "Trained on five collections of the music21 corpus (pip package `music21`), the ones whose licence",
+        "lets what is derived from them be redistributed (docs/music.md#collections-of-music21s-corpus):",
+        "Bach (chorales and other four-part settings; music21's BSD-3 corpus files, the works public domain),",
+        "Monteverdi madrigals, O'Neill's Music of Ireland (1850), Ryan's Mammoth Collection and Aird's Airs",
+        "(ABC transcriptions of public-domain tune books). Share of the training windows: Bach 0.40,",
+        "Monteverdi 0.15, the three folk books 0.45 by their notes. These weights may be redistributed.",
+        "",
+        "## Numbers (test split, touched once; `benchmarks/pretrained_music.py --report`)",
+        "",
+        table([row]),
+        "",
+        "## How it was made",
+        "",
+        "`make pretrained-music` (`configs/pretrained/music.yaml`: "
+        f"{row['parameters'] / 1e6:.2f} M parameters, {row['steps']} steps on 2 CPU cores), the checkpoint",
+        "with the best validation NLL, exported in float16 (`multimodal export --half`).",
+        "Fine-tune it on your own MIDI folder: docs/pretrained.md.",
+        "",
+    ])  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
