@@ -39,8 +39,9 @@ def sample_stats_command(argv: list[str]) -> None:
     parser.add_argument("--primers", type=Path, nargs="+", help="MIDI files to continue (default: held-out pieces)")
     parser.add_argument("--num-primers", type=count(MAX_SAMPLES), default=8,
                         help=f"held-out pieces to continue (at most {MAX_SAMPLES:,})")  # fmt: skip
-    parser.add_argument("--split", choices=["val", "test", "train"], default="val",
-                        help="which pieces (as the run split them); train: its own training pieces")  # fmt: skip
+    parser.add_argument("--split", choices=["val", "test", "held-out", "train"], default="val",
+                        help="which pieces (as the run split them); held-out: val and test; train: its own "
+                             "training pieces")  # fmt: skip
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--primer-seconds", type=positive_float, default=6.0)
     parser.add_argument("--max-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=512,
@@ -76,8 +77,10 @@ def sample_stats_command(argv: list[str]) -> None:
     if args.primers:
         pieces, names = [notes_from_midi(path) for path in args.primers], [str(path) for path in args.primers]
     else:
-        held_out = run_pieces(data, args.split)
-        pieces, names = held_out.notes, held_out.names
+        splits = ("val", "test") if args.split == "held-out" else (args.split,)
+        chosen = [run_pieces(data, split) for split in splits]
+        pieces = [notes for corpus in chosen for notes in corpus.notes]
+        names = [name for corpus in chosen for name in corpus.names]
     if args.compare:
         other = load_task(model_path(parser, None, args.compare, option="--compare"), map_location=device)
         if not isinstance(other.task, MusicContinuation):
