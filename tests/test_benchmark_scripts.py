@@ -20,6 +20,7 @@ def _run(script: str, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_transfer_records_every_arm_and_seed_once_and_resumes(tmp_path):
     out = tmp_path / "transfer.jsonl"
     tiny = ["--pretrain-steps", "2", "--steps", "2", "--seq-len", "16", "--batch-size", "2", "--dim", "16",
@@ -65,6 +66,7 @@ def test_text_quality_selects_on_validation_only_and_reports_test_with_a_size_ma
     assert "Transformer / LSTM test perplexity, per seed" in table and "over 2 seeds" in table
 
 
+@pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_image_generation_select_and_report_keep_their_splits_with_ema(tmp_path):
     out = tmp_path / "image_generation.jsonl"
     tiny = ["--epochs", "1", "--set", "dim=16", "num_layers=1", "ff_dim=32", "num_heads=2", "--ema", "0.9",
@@ -83,6 +85,7 @@ def test_image_generation_select_and_report_keep_their_splits_with_ema(tmp_path)
     assert "ratio to per-pixel" in _run("image_generation.py", "--table", "--out", str(out))
 
 
+@pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_vit_quality_digits_selects_on_validation_and_reports_test_against_the_svc(tmp_path):
     out = tmp_path / "vit_digits.jsonl"
     tiny = ["--sections", "digits", "--threads", "1", "--out", str(out), "--set", "trainer.max_epochs=1",
@@ -101,6 +104,7 @@ def test_vit_quality_digits_selects_on_validation_and_reports_test_against_the_s
     assert "ViT >= SVC" in _run("vit_quality.py", "--table", "--out", str(out))
 
 
+@pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_super_resolution_scores_validation_photos_in_select_and_test_photos_in_report(tmp_path):
     out = tmp_path / "super_resolution.jsonl"
     tiny = ["--epochs", "1", "--set", "dim=16", "num_layers=1", "stem_channels=4", "--threads", "1", "--out", str(out)]
@@ -132,6 +136,7 @@ def test_music_quality_selects_on_validation_and_reports_test(tmp_path):
     assert all(math.isfinite(r["test_nll"]) for r in reported)
 
 
+@pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_music_demo_sweep_reports_the_chosen_candidate_on_the_test_pieces(tmp_path):
     refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "music_demo_sweep.py"), "--stage", "report",
                               "--candidates", "3x128", "2x128-lr2e-3"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
@@ -174,6 +179,7 @@ def test_length_extrapolation_scores_every_scheme_at_every_length(tmp_path):
     assert all(math.isfinite(r["nll@1x"]) and math.isfinite(r["nll@2x"]) for r in rows)
 
 
+@pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_seed(tmp_path):
     """A few real chorales and madrigals (held-out pieces of both among them), a two-step model."""
     from multimodal.data.music21_corpus import music21_corpus_dir
