@@ -120,7 +120,7 @@ def _load_task_folder(folder: Path, map_location: str) -> LoadedCheckpoint:
     task_class, arguments = checkpoint_task({"task": meta["task"]}, {**meta.get("task_settings", {}), "model": meta["model"]},
                                             str(folder / CONFIG_FILE))
     task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
-    load_folder_weights(task.model, folder)
+    load_folder_weights(task.model, folder, meta.get("quantization"))
     return LoadedCheckpoint(task.to(map_location).eval(), folder_tokenizer(folder, meta), _folder_data(meta))
 
 

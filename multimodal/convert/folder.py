@@ -33,6 +33,7 @@ from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.convert.weight_shapes import check_config_fits, weight_shapes
 from multimodal.data.storage import give_default_mode
 from multimodal.layers.lora import LoRALinear, merge_lora
+from multimodal.layers.quantize import WEIGHT_SCHEMES, quantize_model, set_kv_cache_dtype
 from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, ViTConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.lm import CausalLM
@@ -88,6 +89,7 @@ def save_model_folder(
     data: dict[str, Any] | None = None,
     readme: str | None = None,
     dtype: torch.dtype | None = None,
+    quantize: str | None = None,
 ) -> Path:
     """Writes ``model`` (with its config, tokenizer and a README) as a model folder; returns the folder.
 
@@ -102,14 +104,21 @@ def save_model_folder(
         readme: Text of ``README.md``.
         dtype: Store the floating-point weights in this dtype (``torch.float16``: half the size); :func:`load`
             reads them back into a float32 model. None: as they are.
+        quantize: ``"int8"``: store int8 weights with per-channel scales
+            (:func:`~multimodal.layers.quantize.quantize_model`, a quarter of float32's size);
+            :func:`load` gives the quantized model. A model quantized already is stored as it is.
     """
     if any(isinstance(module, LoRALinear) for module in model.modules()):
         model = merge_lora(copy.deepcopy(model))  # the folder holds plain weights; the caller's model is unchanged
+    if quantize is not None and getattr(model, "quantization", None) != quantize:
+        model = quantize_model(copy.deepcopy(model), quantize)
     if dtype is not None:
-        model = copy.deepcopy(model).to(dtype)
+        model = _float_weights_to(copy.deepcopy(model), dtype)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"format": FORMAT, "family": family_of(model), "model": dataclasses.asdict(model.config)}
+    if getattr(model, "quantization", None):
+        meta["quantization"] = model.quantization
     if task is not None:
         meta["task"], meta["task_settings"] = task, task_settings or {}
     if data is not None:
@@ -156,13 +165,19 @@ def read_model_folder(path: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(2, f"the model folder has no {WEIGHTS_FILE}", str(folder))
     if "tokenizer_class" in meta and not (folder / TOKENIZER_FILE).is_file():
         raise FileNotFoundError(2, f"config.json names a tokenizer but {TOKENIZER_FILE} is missing", str(folder))
-    check_fits(meta["family"], meta.get("model"), weight_shapes(folder / WEIGHTS_FILE), str(config_path))
+    if meta.get("quantization") not in (None, *WEIGHT_SCHEMES):
+        raise ValueError(f"{config_path}: unknown quantization {meta['quantization']!r}; known: {list(WEIGHT_SCHEMES)}")
+    check_fits(meta["family"], meta.get("model"), weight_shapes(folder / WEIGHTS_FILE), str(config_path),
+               quantization=meta.get("quantization"))  # fmt: skip
     return meta
 
 
-def check_fits(family: str, config: Any, shapes: dict[str, tuple[int, ...]], source: str) -> None:
+def check_fits(
+    family: str, config: Any, shapes: dict[str, tuple[int, ...]], source: str, quantization: str | None = None
+) -> None:
     """Raises ``ValueError`` (naming ``source``) unless ``config`` is a valid config of ``family`` whose model
-    has exactly the tensors ``shapes`` (name -> shape) describes; checked before any model is allocated.
+    (with its linear layers quantized by ``quantization``) has exactly the tensors ``shapes`` (name -> shape)
+    describes; checked before any model is allocated.
 
     Every path that builds a model from a file's config calls it (model folders, checkpoints of
     :func:`load`); see :func:`multimodal.convert.weight_shapes.check_config_fits` for how.
@@ -176,7 +191,8 @@ def check_fits(family: str, config: Any, shapes: dict[str, tuple[int, ...]], sou
         config = config_class(**config)
     except (TypeError, ValueError) as error:  # unknown fields, sizes that are not whole numbers >= 1, ...
         raise ValueError(f"{source}: {' '.join(str(error).split())}") from error
-    check_config_fits(model_class, config, shapes, source)
+    prepare = None if quantization is None else lambda model: quantize_model(model, quantization)
+    check_config_fits(model_class, config, shapes, source, prepare=prepare)
 
 
 def build_model(family: str, config: dict[str, Any]) -> nn.Module:
@@ -206,13 +222,24 @@ def load_tokenizer(class_path: str, json_text: str, source: str = "model folder"
             raise ValueError(f"{source}: its tokenizer does not load ({detail})") from error
 
 
-def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any | None]:
+def load(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    quantize: str | None = None,
+    kv_cache_dtype: str | torch.dtype | None = None,
+) -> tuple[nn.Module, Any | None]:
     """``(model, tokenizer)`` of a model folder or a training checkpoint, in eval mode on ``device``.
 
     Args:
         path: A model folder (``multimodal export``) or a ``.ckpt`` written by ``multimodal fit``
             (the commands also take a run's folder: ``tasks.runs.resolve_checkpoint``).
         device: Where the model goes.
+        quantize: ``"int8"``: int8 weights for faster CPU inference
+            (:func:`~multimodal.layers.quantize.quantize_model`); a folder exported with int8 weights
+            loads quantized without it.
+        kv_cache_dtype: ``"float16"`` or ``"bfloat16"``: decoding stores its KV caches in half the
+            memory (:func:`~multimodal.layers.quantize.set_kv_cache_dtype`).
 
     Returns:
         The model and its tokenizer (None for models without one: ViT, super-resolution).
@@ -221,13 +248,20 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Modul
     if is_model_folder(path):
         meta = read_model_folder(path)
         model = build_model(meta["family"], meta["model"])
-        load_folder_weights(model, path)
-        return model.to(device).eval(), folder_tokenizer(path, meta)
-    return _load_checkpoint(path, device)
+        load_folder_weights(model, path, meta.get("quantization"))
+        model, tokenizer = model.to(device).eval(), folder_tokenizer(path, meta)
+    else:
+        model, tokenizer = _load_checkpoint(path, device)
+    if quantize is not None:
+        quantize_model(model, quantize)
+    return set_kv_cache_dtype(model, kv_cache_dtype), tokenizer
 
 
-def load_folder_weights(model: nn.Module, folder: str | Path) -> None:
-    """Fills ``model`` with a model folder's ``model.safetensors``; names that do not match are a ``ValueError``."""
+def load_folder_weights(model: nn.Module, folder: str | Path, quantization: str | None = None) -> None:
+    """Fills ``model`` with a model folder's ``model.safetensors`` (``quantization``: the folder's, from its
+    config: the model's linear layers are quantized first); names that do not match are a ``ValueError``."""
+    if quantization is not None:
+        quantize_model(model, quantization)
     missing, unexpected = load_model(model, str(Path(folder) / WEIGHTS_FILE), strict=False)
     if missing or unexpected:
         raise ValueError(f"{Path(folder) / WEIGHTS_FILE}: weights do not fit the config: missing {sorted(missing)[:5]}, "
@@ -276,3 +310,17 @@ def folder_export(folder: str | Path, stack: str | None = None) -> Export:
     """A model folder's weights under export names, for ``finetune.init_from`` (``stack``: which stack of two)."""
     model, _ = load(folder)
     return export_from_state_dict(model.state_dict(), dataclasses.asdict(model.config), str(folder), stack)
+
+
+def _float_weights_to(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """``model`` with its floating-point parameters and buffers in ``dtype``; int8 weights and their
+    float32 scales stay as they are (a quantized model's scales are what its kernel multiplies by)."""
+    from multimodal.layers.quantize import Int8Linear
+
+    for module in model.modules():
+        if isinstance(module, Int8Linear):
+            continue
+        for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+            if tensor is not None and tensor.is_floating_point():
+                tensor.data = tensor.data.to(dtype)
+    return model

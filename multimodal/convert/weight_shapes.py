@@ -70,6 +70,7 @@ def check_config_fits(
     config: Any,
     shapes: Mapping[str, Sequence[int]],
     source: str,
+    prepare: Callable[[nn.Module], Any] | None = None,
 ) -> None:
     """Raises ``ValueError`` unless ``model_class(config)`` has exactly the tensors ``shapes`` describes.
 
@@ -81,6 +82,7 @@ def check_config_fits(
         config: The config dataclass (its own checks have run: sizes are whole numbers >= 1).
         shapes: Name -> shape of the weights at hand (:func:`weight_shapes` of a file, or a state dict's).
         source: The file the config or weights came from, for the message.
+        prepare: Changes the built model before its tensors are compared (quantizes its linear layers).
     """
     fix = (
         "the config and the weights must come from the same model (export it again with `multimodal export`)"
@@ -103,6 +105,8 @@ def check_config_fits(
     try:
         with torch.device("meta"):
             model = model_class(config)
+            if prepare is not None:
+                prepare(model)
     except (RuntimeError, ValueError, TypeError, OverflowError, IndexError) as error:
         raise ValueError(f"{source}: its config describes no model that can be built "
                          f"({' '.join(str(error).split())[:200]})") from error  # fmt: skip

@@ -6,6 +6,7 @@ costs one query against ``t + 1`` keys instead of a full forward over ``t + 1`` 
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -21,16 +22,21 @@ class KVCache:
     at most ``2 * window`` (or ``window + new``) positions, and ``start`` is the absolute position
     of the first one kept.
 
+    With a storage ``dtype`` (float16, bfloat16: half the memory of float32) the buffer keeps keys
+    and values in it and ``append`` returns them converted back to the dtype they came in.
+
     Args:
         window: Keep at least this many past positions; None keeps everything.
+        dtype: Storage dtype; None stores what ``append`` is given.
     """
 
-    def __init__(self, window: int | None = None) -> None:
+    def __init__(self, window: int | None = None, dtype: torch.dtype | None = None) -> None:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
         self.length = 0
         self.window = window
         self.start = 0
+        self.dtype = dtype
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Adds ``(batch, heads, new, head_dim)`` keys/values; returns all cached keys and values."""
@@ -42,7 +48,10 @@ class KVCache:
         self.keys[..., self.length : self.length + new, :] = keys
         self.values[..., self.length : self.length + new, :] = values
         self.length += new
-        return self.keys[..., : self.length, :], self.values[..., : self.length, :]
+        keys_so_far, values_so_far = self.keys[..., : self.length, :], self.values[..., : self.length, :]
+        if keys_so_far.dtype != keys.dtype:
+            return keys_so_far.to(keys.dtype), values_so_far.to(values.dtype)
+        return keys_so_far, values_so_far
 
     def truncate(self, position: int) -> None:
         """Forgets the positions from ``position`` on (speculative decoding rolls back rejected tokens)."""
@@ -66,8 +75,9 @@ class KVCache:
         capacity = max(needed, 2 * (0 if self.keys is None else self.keys.shape[-2]), 64)
         if self.window is not None:
             capacity = max(needed, 2 * self.window, 1)
-        grown_keys = keys.new_empty(*keys.shape[:-2], capacity, keys.shape[-1])
-        grown_values = values.new_empty(*values.shape[:-2], capacity, values.shape[-1])
+        dtype = self.dtype or keys.dtype
+        grown_keys = keys.new_empty(*keys.shape[:-2], capacity, keys.shape[-1], dtype=dtype)
+        grown_values = values.new_empty(*values.shape[:-2], capacity, values.shape[-1], dtype=dtype)
         if self.keys is not None:
             grown_keys[..., : self.length, :] = self.keys[..., : self.length, :]
             grown_values[..., : self.length, :] = self.values[..., : self.length, :]
@@ -82,6 +92,7 @@ class DecodingState:
         window: Past positions each cache must keep (local attention); None keeps all.
         grid_width: Tokens per grid row of the sequence being decoded (``local2d`` attention of
             inputs of varying size); the stack reads it at every step.
+        dtype: Storage dtype of the KV caches (:class:`KVCache`); None: the dtype of the keys.
 
     Attributes:
         layers: One self-attention :class:`KVCache` per block.
@@ -91,8 +102,10 @@ class DecodingState:
             model keeps a transposed copy of its output matrix here).
     """
 
-    def __init__(self, num_layers: int, window: int | None = None, grid_width: int | None = None) -> None:
-        self.layers = [KVCache(window) for _ in range(num_layers)]
+    def __init__(
+        self, num_layers: int, window: int | None = None, grid_width: int | None = None, dtype: torch.dtype | None = None
+    ) -> None:
+        self.layers = [KVCache(window, dtype) for _ in range(num_layers)]
         self.grid_width = grid_width
         self.cross: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
         self.position = 0

@@ -38,6 +38,7 @@ class TransformerStack(nn.Module):
         )
         self.norm = norm_layer(config)
         self._compiled_blocks: list[nn.Module] | None = None  # a plain list: not submodules
+        self.kv_cache_dtype: torch.dtype | None = None  # storage of new_state's caches (quantize.set_kv_cache_dtype)
 
     def compile_blocks(self, **options) -> None:
         """Compiles each block with ``torch.compile(block, **options)`` for full-sequence calls.
@@ -121,7 +122,7 @@ class TransformerStack(nn.Module):
             grid_width: ``local2d`` with an open grid width: the width of the sequence to decode.
         """
         window = None if self.local is None else self.local.lookback(grid_width)
-        return DecodingState(len(self.blocks), window=window, grid_width=grid_width)
+        return DecodingState(len(self.blocks), window=window, grid_width=grid_width, dtype=self.kv_cache_dtype)
 
 
 class Encoder(TransformerStack):

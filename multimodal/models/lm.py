@@ -54,7 +54,7 @@ class CausalLM(nn.Module):
         if tokens.dim() != 2:
             raise ValueError(f"expected token ids (batch, seq), got shape {tuple(tokens.shape)}")
         hidden = self.decoder(self.embedding(tokens), key_padding_mask=key_padding_mask, state=state, positions=positions)
-        if state is not None and tokens.shape[1] == 1 and not torch.is_grad_enabled():
+        if state is not None and tokens.shape[1] == 1 and not torch.is_grad_enabled() and type(self.head) is nn.Linear:
             return hidden @ self._decoding_head(state)
         return self.head(hidden)
 

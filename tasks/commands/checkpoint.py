@@ -43,6 +43,7 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     known, _ = first.parse_known_args(argv)
     add_model_arguments(parser)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    add_inference_arguments(parser)
     loaded = run = None
     path = model_path(parser, known.checkpoint, known.model, quiet=bool({"-h", "--help"} & set(argv)))
     if path is not None:
@@ -66,7 +67,30 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     args = parser.parse_args(argv)
     if name == "generate":
         _check_decoding(parser, args)
+    apply_inference_arguments(parser, loaded.task.model, args)
     run(loaded.task.model, loaded.tokenizer, args, loaded.data)
+
+
+def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--quantize int8`` and ``--kv-cache float16|bfloat16``: reduced-precision inference on a CPU (docs/text.md)."""
+    from multimodal.layers.quantize import KV_CACHE_DTYPES, WEIGHT_SCHEMES
+
+    parser.add_argument("--quantize", choices=WEIGHT_SCHEMES, default=None,
+                        help="int8 weights (per-channel scales): faster decoding on a CPU, NLL within 1%% (docs/text.md)")
+    parser.add_argument("--kv-cache", choices=list(KV_CACHE_DTYPES), default=None,
+                        help="store the decoding caches in this dtype (float16: half the memory)")  # fmt: skip
+
+
+def apply_inference_arguments(parser: argparse.ArgumentParser, model, args: argparse.Namespace) -> None:
+    """Quantizes ``model`` and sets its KV-cache dtype as ``args`` ask; a kernel this machine lacks is one line."""
+    from multimodal.layers.quantize import quantize_model, set_kv_cache_dtype
+
+    if args.quantize is not None:
+        try:
+            quantize_model(model, args.quantize)
+        except ValueError as error:
+            parser.error(f"--quantize {args.quantize}: {error}")
+    set_kv_cache_dtype(model, args.kv_cache)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:

@@ -31,6 +31,8 @@ def export_command(argv: list[str]) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an export already there")
     parser.add_argument("--half", action="store_true",
                         help="store the weights in float16 (half the size; loaded back into float32)")  # fmt: skip
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="store int8 weights with per-channel scales (a quarter of float32; loads quantized)")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.checkpoint.exists():
         parser.error(f"checkpoint not found: {args.checkpoint}")
@@ -38,12 +40,12 @@ def export_command(argv: list[str]) -> None:
 
     files = ["config.json", "model.safetensors", "tokenizer.json", "README.md", "training_config.yaml"]
     claim_paths([args.out / name for name in files], args.overwrite)
-    out = export_model_folder(args.checkpoint, args.out, half=args.half)
+    out = export_model_folder(args.checkpoint, args.out, half=args.half, quantize=args.quantize)
     print(f"wrote {out}: {(out / 'README.md').read_text(encoding='utf-8').splitlines()[0].lstrip('# ')}; "
           f"load it with multimodal.load({str(out)!r}), or give it as --checkpoint, or finetune.init_from")  # fmt: skip
 
 
-def export_model_folder(checkpoint: str | Path, out: str | Path, half: bool = False) -> Path:
+def export_model_folder(checkpoint: str | Path, out: str | Path, half: bool = False, quantize: str | None = None) -> Path:
     """Writes ``out/`` (config.json, model.safetensors, tokenizer.json, README.md) for a task checkpoint or run
     folder; ``half``: the weights in float16."""
     import torch  # not for `multimodal export --help`
@@ -59,7 +61,7 @@ def export_model_folder(checkpoint: str | Path, out: str | Path, half: bool = Fa
     run_config = _run_config(path)
     readme = describe_run(task, saved, path, run_config)
     save_model_folder(task.model, out, tokenizer=tokenizer, task=saved["multimodal"]["task"], task_settings=settings,
-                      data=data, readme=readme, dtype=torch.float16 if half else None)  # fmt: skip
+                      data=data, readme=readme, dtype=torch.float16 if half else None, quantize=quantize)  # fmt: skip
     if run_config is not None:
         shutil.copyfile(run_config, out / "training_config.yaml")
     return out

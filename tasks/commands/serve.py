@@ -12,7 +12,7 @@ from tasks.serve.checks import CONCURRENCY, MAX_UPLOAD, QUEUE_SIZE
 def serve_command(argv: list[str]) -> None:
     """``multimodal serve [--checkpoint CKPT_OR_FOLDER | --model NAME]``: the page suited to the model's task, on
     this machine; without either, the music model that ships with the package."""
-    from tasks.commands.checkpoint import add_model_arguments, model_path
+    from tasks.commands.checkpoint import add_inference_arguments, add_model_arguments, model_path
 
     parser = argparse.ArgumentParser(prog="multimodal serve", description=serve_command.__doc__)
     add_model_arguments(parser, required=False)
@@ -22,6 +22,7 @@ def serve_command(argv: list[str]) -> None:
     parser.add_argument("--concurrency", type=positive_int, default=CONCURRENCY, help="requests computed at once")
     parser.add_argument("--queue-size", type=positive_int, default=QUEUE_SIZE,
                         help="requests waiting beyond those; more are told at once that the queue is full")  # fmt: skip
+    add_inference_arguments(parser)
     args = parser.parse_args(argv)
     if args.checkpoint is None and args.model is None:
         path = model_path(parser, None, "music", option="the default model")
@@ -35,13 +36,14 @@ def serve_command(argv: list[str]) -> None:
     import torch
 
     from tasks.checkpoint import load_task
-    from tasks.commands.checkpoint import check_device
+    from tasks.commands.checkpoint import apply_inference_arguments, check_device
     from tasks.serve import build_page
 
     if args.device is not None:
         check_device(parser, args.device)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     task, tokenizer, data = load_task(path, map_location=device)
+    apply_inference_arguments(parser, task.model, args)
     page = build_page(task, tokenizer, data, path, args.concurrency, args.queue_size)
     print(f"serving {type(task).__name__} from {path} at http://{args.host}:{args.port} (Ctrl-C stops)")
     page.launch(server_name=args.host, server_port=args.port, show_error=True, max_file_size=MAX_UPLOAD)

@@ -1,0 +1,212 @@
+"""Int8 weights and 16-bit KV caches (multimodal.layers.quantize) against naive references and float32."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from multimodal.convert.folder import load, save_model_folder
+from multimodal.generation import generate, generate_batch
+from multimodal.generation.beam import beam_search
+from multimodal.generation.speculative import speculative_generate
+from multimodal.layers import quantize as quantize_module
+from multimodal.layers.quantize import Int8Linear, quantize_model, set_kv_cache_dtype
+from multimodal.models import CausalLM, CausalLMConfig
+
+LOGIT_BOUND = 0.05
+"""Documented bound (docs/text.md): the root-mean-square difference of int8 logits from float32's is at
+most this fraction of the float32 logits' standard deviation (measured: 0.033-0.035 on these models)."""
+
+FAMILIES = {
+    "learned": dict(position="learned"),
+    "relative": dict(position="relative", max_relative_distance=12),
+    "rotary": dict(position="rotary"),
+    "alibi": dict(position="alibi"),
+    "gqa": dict(position="rotary", num_kv_heads=2),
+    "local": dict(position="relative", attention="local1d", local_window=8, max_relative_distance=8),
+}
+
+
+def _model(family: str, seed: int = 0, **overrides) -> CausalLM:
+    torch.manual_seed(seed)
+    sizes = dict(vocab_size=96, dim=64, num_layers=2, num_heads=4, ff_dim=128, max_seq_len=64, dropout=0.0)
+    config = CausalLMConfig(**{**sizes, **FAMILIES[family], **overrides})
+    model = CausalLM(config).eval()
+    with torch.no_grad():  # away from the initialisation, as a trained model is
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model
+
+
+def _relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """Root-mean-square difference over the standard deviation of ``expected``."""
+    return float((got - expected).pow(2).mean().sqrt() / expected.std())
+
+
+def _naive_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row by row, the textbook symmetric scheme: scale = max|w| / 127, q = round(w / scale)."""
+    rows, scales = [], []
+    for row in weight.double():
+        scale = row.abs().max() / 127
+        rows.append([max(-127, min(127, round(float(value / scale)))) for value in row])
+        scales.append(float(scale))
+    return torch.tensor(rows, dtype=torch.int8), torch.tensor(scales, dtype=torch.float64)
+
+
+def _naive_input_quantization(x: torch.Tensor) -> torch.Tensor:
+    """The input as the kernel sees it: one affine 7-bit grid (0..127) over [min(x, 0), max(x, 0)]."""
+    low, high = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+    scale = (high - low) / 127
+    zero = max(0, min(127, round(-low / scale)))
+    return (torch.clamp(torch.round(x.double() / scale) + zero, 0, 127) - zero) * scale
+
+
+def test_int8_linear_equals_the_naive_quantized_product():
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 40)
+    layer = Int8Linear.from_linear(linear)
+    qweight, scales = _naive_int8(linear.weight.detach())
+    assert torch.equal(layer.qweight, qweight)
+    torch.testing.assert_close(layer.scales.double(), scales)
+    x = torch.randn(3, 5, 48)
+    expected = _naive_input_quantization(x) @ (qweight.double() * scales[:, None]).T + linear.bias.detach().double()
+    torch.testing.assert_close(layer(x).double(), expected, atol=1e-5, rtol=1e-5)
+    # Quantization error of the weights is at most half a step of each row's scale.
+    assert (layer.dequantized() - linear.weight).abs().max() <= scales.max() / 2 + 1e-7
+    # New weights loaded into the layer are packed again
+    other = Int8Linear.from_linear(nn.Linear(48, 40))
+    layer.load_state_dict(other.state_dict())
+    torch.testing.assert_close(layer(x), other(x))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_int8_logits_stay_within_the_documented_bound_of_float32(family):
+    model = _model(family)
+    tokens = torch.randint(0, 96, (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = model(tokens)
+        quantized = quantize_model(model)(tokens)
+    assert all(type(module) is not nn.Linear for module in model.modules())
+    assert _relative_error(quantized, reference) <= LOGIT_BOUND
+    assert not torch.equal(quantized, reference)  # the int8 path did run
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_quantized_cached_decoding_stays_as_close_to_the_quantized_full_forward(family):
+    # Each call quantizes its input with the range of the rows it holds: a cached step (one token)
+    # and the full forward (every token) see different ranges, so they agree within the bound, not exactly.
+    model = _model(family)
+    tokens = torch.randint(0, 96, (2, 30), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        reference = model(tokens)
+        quantize_model(model)
+        full = model(tokens)
+        state = model.new_state()
+        steps = torch.cat([model(tokens[:, :7], state=state)] + [model(tokens[:, t : t + 1], state=state)
+                                                                 for t in range(7, 30)], 1)  # fmt: skip
+    assert _relative_error(steps, full) <= LOGIT_BOUND
+    assert _relative_error(steps, reference) <= LOGIT_BOUND
+    assert state.position == 30
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("family", ["relative", "gqa", "local"])
+def test_a_16_bit_kv_cache_stores_half_and_decodes_close_to_the_full_forward(family, dtype):
+    model = set_kv_cache_dtype(_model(family), dtype)
+    tokens = torch.randint(0, 96, (2, 30), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(tokens)
+        state = model.new_state()
+        steps = [model(tokens[:, :5], state=state)] + [model(tokens[:, t : t + 1], state=state) for t in range(5, 30)]
+    assert state.layers[0].keys.dtype == getattr(torch, dtype) and steps[-1].dtype == torch.float32
+    # 16-bit keys/values: float16 keeps 11 significant bits, bfloat16 8; the logits move by well under the bound.
+    assert _relative_error(torch.cat(steps, 1), full) <= LOGIT_BOUND / 4
+
+
+def test_beam_batched_and_speculative_decoding_pick_the_float32_tokens_with_int8_and_a_float16_cache():
+    prompt = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(4))
+    prompts = [prompt[0], prompt[0, :4], prompt[0, 2:]]
+    runs = {
+        "greedy": lambda m: generate(m, prompt, 12, temperature=0),
+        "beam": lambda m: beam_search(m, prompt, 12, 3)[0],
+        "batched": lambda m: torch.cat(generate_batch(m, prompts, 12, temperature=0)),
+        "speculative": lambda m: speculative_generate(
+            m, _model("rotary", seed=5, num_layers=1), prompt, 12, temperature=0, num_draft=3
+        ),
+    }
+    for name, run in runs.items():
+        with torch.no_grad():
+            expected = run(_sharp(_model("rotary")))
+            got = run(set_kv_cache_dtype(quantize_model(_sharp(_model("rotary"))), "float16"))
+        assert torch.equal(got, expected), name
+
+
+def _sharp(model: CausalLM) -> CausalLM:
+    """A model whose next-token choices are clear (larger logits), so the tokens test the decoding, not ties."""
+    with torch.no_grad():
+        model.embedding.weight.mul_(4)
+    return model
+
+
+def test_an_int8_folder_is_a_quarter_of_float32_and_loads_the_same_model(tmp_path):
+    model = _model("relative", vocab_size=512, dim=128, ff_dim=512)
+    save_model_folder(model, tmp_path / "float32")
+    save_model_folder(model, tmp_path / "int8", quantize="int8")
+    size = {name: (tmp_path / name / "model.safetensors").stat().st_size for name in ("float32", "int8")}
+    # The linear layers at a quarter; the embedding (stored once, tied to the head) stays float32: 0.41 here.
+    assert size["int8"] < 0.45 * size["float32"]
+    assert json.loads((tmp_path / "int8" / "config.json").read_text())["quantization"] == "int8"
+    from_folder, _ = load(tmp_path / "int8")
+    at_load, _ = load(tmp_path / "float32", quantize="int8")
+    assert from_folder.quantization == at_load.quantization == "int8"
+    tokens = torch.randint(0, 512, (1, 20))
+    with torch.no_grad():
+        assert torch.equal(from_folder(tokens), at_load(tokens))
+    assert model.head.weight is model.embedding.weight  # the caller's model was left as it was
+
+
+def test_unknown_options_and_a_missing_kernel_are_refused_with_what_to_do(monkeypatch):
+    with pytest.raises(ValueError, match="unknown quantization 'int4'"):
+        quantize_model(_model("learned"), "int4")
+    with pytest.raises(ValueError, match="unknown KV-cache dtype 'int2'"):
+        set_kv_cache_dtype(_model("learned"), "int2")
+    with pytest.raises(ValueError, match="cannot run on cuda; run on the CPU or without --quantize"):
+        quantize_module.check_int8_kernel("cuda")  # the quantized kernels are CPU kernels
+    monkeypatch.setattr(quantize_module, "_int8_kernel_works", lambda device_type: False)
+    with pytest.raises(ValueError, match="cannot run on cpu; run on the CPU or without --quantize"):
+        quantize_model(_model("learned"))
+
+
+def test_generate_perplexity_and_export_take_the_quantized_mode(tmp_path, capsys, monkeypatch):
+    """The shipped music model through the commands: --quantize int8 --kv-cache float16, an int8 export."""
+    from multimodal import load as load_named
+    from tasks.cli import main
+
+    monkeypatch.setenv("MULTIMODAL_CACHE", str(tmp_path / "cache"))  # no converted collections: from nothing
+    main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--max-new-tokens", "32", "--no-audio",
+          "--seed", "0", "--quantize", "int8", "--kv-cache", "float16"])  # fmt: skip
+    assert (tmp_path / "out" / "sample_0.mid").is_file()
+    main(["perplexity", "--model", "music", "--quantize", "int8", str(tmp_path / "out" / "sample_0.mid")])
+    assert "nats" in capsys.readouterr().out
+    model, tokenizer = load_named("music", quantize="int8", kv_cache_dtype="bfloat16")
+    assert model.quantization == "int8" and model.decoder.kv_cache_dtype == torch.bfloat16
+    save_model_folder(model, tmp_path / "int8", tokenizer=tokenizer)
+    again, _ = load(tmp_path / "int8")
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(again(ids), model(ids))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--quantize", "int4"], "argument --quantize: invalid choice: 'int4'"),
+    (["--kv-cache", "int8"], "argument --kv-cache: invalid choice: 'int8'"),
+])  # fmt: skip
+def test_a_bad_quantized_mode_is_one_line(argv, message, tmp_path, capsys):
+    from tasks.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["generate", "--model", "music", "--out", str(tmp_path), *argv])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
