@@ -14,7 +14,8 @@
                 greedy continuation); the duration/polyphony overlaps of top-p continuations for
                 ``--seeds``; with ``--text``: the same NLL and agreement for a text LM trained here with
                 ``text_quality.py``'s recipe, on the standard library's test modules.
-``--memory``    peak resident memory of one generation (a fresh process each) and model folder sizes.
+``--memory``    resident memory of the benchmark LM and the peak one generation adds (a fresh process per
+                variant and batch; Linux) and the shipped model's folder size in each storage.
 
 Results append to ``--out`` (one JSON line per finished measurement); ``--table`` prints them.
 
@@ -31,7 +32,6 @@ import argparse
 import copy
 import datetime
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -76,8 +76,8 @@ def main() -> None:
     if args.speed:
         for threads in args.threads:
             torch.set_num_threads(threads)
-            for row in decoding_speed(args):
-                record(args.out, {"kind": "speed", "day": day, "threads": threads, **row}, "speed")
+            decoding_speed(args, lambda row, threads=threads: record(
+                args.out, {"kind": "speed", "day": day, "threads": threads, **row}, "speed"))
     torch.set_num_threads(max(args.threads))
     if args.quality:
         for row in music_quality(args):
@@ -85,16 +85,17 @@ def main() -> None:
         if args.text:
             record(args.out, {"kind": "text", "day": day, **text_quality(args)}, "quality")
     if args.memory:
-        record(args.out, {"kind": "memory", "day": day, **memory(args)}, "memory")
+        record(args.out, {"kind": "memory", "day": day, "new_tokens": args.new_tokens, **memory(args)}, "memory")
     print(table(load(args.out)))
 
 
 # --------------------------------------------------------------------------- kernels
 def kernel_times(tiny: bool) -> dict:
-    """Microseconds per call of a linear layer in three ways, and of reading a KV cache in three dtypes."""
+    """Microseconds per call of a linear layer in four ways, and of reading a KV cache in five."""
     from text_generation import DIM, FF, VOCAB_SIZE
+    from torch import nn
 
-    from multimodal.layers.quantize import quantize_rows
+    from multimodal.layers.quantize import Int8Linear, quantize_rows
 
     repeats = 20 if tiny else 300
     result: dict = {"linear": {}, "cache_read": {}}
@@ -104,12 +105,14 @@ def kernel_times(tiny: bool) -> dict:
         dynamic = torch.ao.nn.quantized.dynamic.Linear(inputs, outputs, bias_=False)
         dynamic.set_weight_bias(torch.quantize_per_channel(weight, scales.double(), torch.zeros(outputs, dtype=torch.long),
                                                            0, torch.qint8), None)  # fmt: skip
+        ours = Int8Linear.from_linear(nn.Linear(inputs, outputs, bias=False))
         for rows in (1, 4, 8, 32):
             x = torch.randn(rows, inputs)
             calls = {
                 "float32": lambda x=x, weight=weight: F.linear(x, weight),
                 "int8 weight-only": lambda x=x, q=qweight, s=scales: torch.ops.aten._weight_int8pack_mm(x, q, s),
                 "ao dynamic int8": lambda x=x: dynamic(x),  # noqa: B023
+                "Int8Linear": lambda x=x: ours(x),  # noqa: B023
             }
             result["linear"][f"{name} {inputs}x{outputs}, {rows} rows"] = {
                 way: _microseconds(call, repeats) for way, call in calls.items()
@@ -145,8 +148,9 @@ def _microseconds(call, repeats: int) -> float:
 
 
 # --------------------------------------------------------------------------- speed against HF
-def decoding_speed(args: argparse.Namespace) -> list[dict]:
-    """New tokens/s of each of our variants and HF float32 on each decoding case, taking turns."""
+def decoding_speed(args: argparse.Namespace, done) -> None:
+    """New tokens/s of each of our variants and HF float32 on each decoding case, taking turns; ``done(row)``
+    after each case."""
     from text_generation import VOCAB_SIZE, hf_model, our_model
 
     from multimodal.generation import generate, generate_batch
@@ -178,7 +182,6 @@ def decoding_speed(args: argparse.Namespace) -> list[dict]:
             lambda padded=padded, mask=mask: hf.generate(padded, attention_mask=mask, **fixed),
             count,
         )
-    rows = []
     with torch.inference_mode():
         for case, (our_runs, hf_run, count) in cases.items():
             runs = {**our_runs, "hf float32": hf_run}
@@ -191,10 +194,10 @@ def decoding_speed(args: argparse.Namespace) -> list[dict]:
                     run()
                     times[name].append(time.perf_counter() - start)
             rates = {name: count * new_tokens / statistics.median(values) for name, values in times.items()}
-            rows.append({"case": case, "new_tokens": new_tokens, "rounds": args.rounds,
-                         "tokens_per_second": {name: round(rate, 1) for name, rate in rates.items()}})  # fmt: skip
-            print(json.dumps(rows[-1]))
-    return rows
+            row = {"case": case, "new_tokens": new_tokens, "rounds": args.rounds,
+                   "tokens_per_second": {name: round(rate, 1) for name, rate in rates.items()}}  # fmt: skip
+            print(json.dumps(row))
+            done(row)
 
 
 def _variant(model, quantize, kv_cache, quantize_model, set_kv_cache_dtype):
@@ -321,13 +324,15 @@ def _agreement(model, primers: list[torch.Tensor], ids: list[torch.Tensor], refe
 
 # --------------------------------------------------------------------------- memory
 def memory(args: argparse.Namespace) -> dict:
-    """Peak resident memory of one generation per variant (a fresh process each), and folder sizes."""
-    result: dict = {"peak_rss_mib": {}, "folder_bytes": {}}
+    """Resident memory of the benchmark LM and of one generation per variant (a fresh process each), and
+    the shipped model's folder in each storage."""
+    result: dict = {"resident_mib": {}, "folder_bytes": {}}
     for case in ("batch 1", "batch 32"):
         for name in VARIANTS:
             command = [sys.executable, __file__, "--child-memory", name, case, str(args.new_tokens)]
             output = subprocess.run(command, cwd=ROOT / "benchmarks", check=True, capture_output=True, text=True).stdout
-            result["peak_rss_mib"][f"{case}, {name}"] = float(output.split()[-1])
+            model_mib, generation_mib = (float(value) for value in output.split()[-2:])
+            result["resident_mib"][f"{case}, {name}"] = {"model": model_mib, "generation_peak": generation_mib}
     from multimodal.convert.folder import save_model_folder
     from multimodal.pretrained import resolve_model
     from tasks.checkpoint import load_task
@@ -342,17 +347,31 @@ def memory(args: argparse.Namespace) -> dict:
 
 
 def child_memory(variant: str, case: str, new_tokens: int) -> None:
-    """Runs one generation of the benchmark LM and prints the process's peak resident memory in MiB."""
+    """Prints the MiB of the benchmark LM's tensors (an int8 layer's packed copy counted as large as its
+    int8 weights) and the peak resident MiB one generation adds above the process's size before it
+    (Linux: /proc/self/status, the peak reset through /proc/self/clear_refs)."""
     from text_generation import VOCAB_SIZE, our_model
 
     from multimodal.generation import generate_batch
 
-    model = _variant(our_model(), *VARIANTS[variant], *_quantizers())
+    def resident(field: str) -> float:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no {field} in /proc/self/status")
+
     rows = 1 if case == "batch 1" else 32
     prompts = [torch.randint(1, VOCAB_SIZE, (64,)) for _ in range(rows)]
+    model = _variant(our_model(), *VARIANTS[variant], *_quantizers())
+    with torch.inference_mode():
+        model(prompts[0][None, :1])  # int8 layers pack their weights at the first call
+    tensors = {tensor.data_ptr(): tensor.nbytes for tensor in [*model.parameters(), *model.buffers()]}
+    packed = sum(module.qweight.nbytes for module in model.modules() if hasattr(module, "qweight"))  # the kernel's copy
+    with_model = resident("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident size
     with torch.inference_mode():
         generate_batch(model, prompts, new_tokens, temperature=0)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print((sum(tensors.values()) + packed) / 2**20, resident("VmHWM") - with_model)
 
 
 # --------------------------------------------------------------------------- report
@@ -361,8 +380,10 @@ def table(rows: list[dict]) -> str:
     lines = []
     for row in (r for r in rows if r.get("kind") == "kernels"):
         lines += [f"\nlinear layer, microseconds per call ({row['day']}, {row['threads']} threads)", "",
-                  "| shape | float32 | int8 weight-only | ao dynamic int8 |", "|---|---:|---:|---:|"]  # fmt: skip
-        lines += [f"| {shape} | {t['float32']:.1f} | {t['int8 weight-only']:.1f} | {t['ao dynamic int8']:.1f} |"
+                  "| shape | float32 | int8 weight-only | ao dynamic int8 | Int8Linear |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [f"| {shape} | {t['float32']:.1f} | {t['int8 weight-only']:.1f} | {t['ao dynamic int8']:.1f} | "
+                  f"{t['Int8Linear']:.1f} |" if "Int8Linear" in t else
+                  f"| {shape} | {t['float32']:.1f} | {t['int8 weight-only']:.1f} | {t['ao dynamic int8']:.1f} | — |"
                   for shape, t in row["linear"].items()]  # fmt: skip
         ways = list(next(iter(row["cache_read"].values())))
         lines += ["", f"| reading the KV cache (SDPA, 1 query), µs | {' | '.join(ways)} |", "|---|" + "---:|" * len(ways)]
@@ -391,9 +412,10 @@ def table(rows: list[dict]) -> str:
                   "| variant | nats/token | greedy: free-running / teacher-forced |", "|---|---:|---:|"]  # fmt: skip
         lines += [f"| {name} | {v['nats_per_token']:.4f} | {v['greedy']['free_running']:.3f} / "
                   f"{v['greedy']['teacher_forced']:.3f} |" for name, v in r["variants"].items()]  # fmt: skip
-    for r in (r for r in rows if r.get("kind") == "memory"):
-        lines += ["", "| peak resident memory of one generation | MiB |", "|---|---:|"]
-        lines += [f"| {case} | {mib:.0f} |" for case, mib in r["peak_rss_mib"].items()]
+    for r in (r for r in rows if r.get("kind") == "memory" and "resident_mib" in r):
+        lines += ["", f"resident memory, MiB ({r['day']}; the benchmark LM, {r.get('new_tokens', 128)} new tokens per row)", "",
+                  "| case | model tensors (int8: + packed copy) | generation's peak resident memory above the model |", "|---|---:|---:|"]  # fmt: skip
+        lines += [f"| {case} | {m['model']:.1f} | {m['generation_peak']:.1f} |" for case, m in r["resident_mib"].items()]
         lines += ["", "| shipped model folder weights | bytes |", "|---|---:|"]
         lines += [f"| {name} | {size:,} |" for name, size in r["folder_bytes"].items()]
     return "\n".join(lines)

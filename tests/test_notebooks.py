@@ -19,7 +19,11 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 DEFAULT_TIMEOUT = 300
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+SLOW_NOTEBOOKS = {"image_classification"}  # 30 s: with `make test-all`
+
+
+@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.slow) if path.stem in SLOW_NOTEBOOKS else path
+                                  for path in NOTEBOOKS], ids=[path.stem for path in NOTEBOOKS])  # fmt: skip
 def test_notebook_runs_without_errors(path: Path, tmp_path: Path) -> None:
     notebook = nbformat.read(path, as_version=4)
     budget = notebook.metadata.get("multimodal", {}).get("timeout", DEFAULT_TIMEOUT)

@@ -51,7 +51,12 @@ def _fit(configs, root: str, cwd: Path, extra: list[str], expect_killed: bool = 
         assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# Two cases run in the fast suite; the other two (40-50 s each) with `make test-all`.
+SLOW_CASES = {"music_checkpoint_before_validation", "image_generation"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in SLOW_CASES else case
+                                  for case in CASES])  # fmt: skip
 def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_bit_for_bit(case, tmp_path):
     configs, data, kill_step, total_steps, *more_callbacks = CASES[case]
     override = {
