@@ -208,3 +208,23 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| key_accuracy |" in again.stdout
+
+
+@pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it
+def test_harmonization_keeps_every_soprano_and_records_the_voice_leading_per_seed(tmp_path):
+    out = tmp_path / "harmonization.jsonl"
+    printed = _run("harmonization.py", "--pieces", "2", "--seconds", "6", "--seeds", "0", "1", "--out", str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    runs = [row for row in rows if "generated" in row]
+    assert [row["seed"] for row in runs] == [0, 1] and all(row["pieces"] == 2 for row in runs)
+    assert all(0 <= row["generated"]["crossing_share"] <= 1 for row in runs)
+    assert any("int8_harmonize_seconds" in row for row in rows) and "voice crossings" in printed
+
+
+@pytest.mark.slow  # the shipped model and the music21 collections: `make test-all` runs it
+def test_quantized_inference_at_tiny_size_records_each_measurement(tmp_path):
+    out = tmp_path / "quantized.jsonl"
+    _run("quantized_inference.py", "--kernels", "--quality", "--tiny", "--seeds", "0", "--threads", "1",
+         "--prompts", "2", "--out", str(out))  # fmt: skip
+    kinds = [json.loads(line)["kind"] for line in out.read_text().splitlines()]
+    assert kinds == ["kernels", "music", "music", "music"]
