@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from harmonization import VOICES, sounding, voice_leading  # noqa: E402
+from harmonization import VOICES, sounding, voice_leading
 
 WHITE = [0, 2, 4, 5, 7, 9, 11]  # white keys only: 7 semitones is always a perfect fifth when spelled
 
