@@ -210,3 +210,16 @@ def test_a_bad_quantized_mode_is_one_line(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["generate", "--model", "music", "--out", str(tmp_path), *argv])
     assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_folder_that_lies_about_its_quantization_is_refused_before_loading(tmp_path):
+    model = _model("learned")
+    folder = save_model_folder(model, tmp_path / "int8", quantize="int8")
+    meta = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**meta, "quantization": "int4"}))
+    with pytest.raises(ValueError, match="unknown quantization 'int4'; known: \\['int8'\\]"):
+        load(folder)
+    meta.pop("quantization")  # int8 tensors under a float32 config: the shapes check names them
+    (folder / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="the weights do not fit the config: missing .*unexpected"):
+        load(folder)
