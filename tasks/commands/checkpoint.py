@@ -71,13 +71,16 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     run(loaded.task.model, loaded.tokenizer, args, loaded.data)
 
 
+#: ``multimodal.layers.quantize``'s WEIGHT_SCHEMES and KV_CACHE_DTYPES, named here so ``--help`` imports no torch
+#: (tests/layers/test_quantize.py holds them equal).
+QUANTIZE_CHOICES, KV_CACHE_CHOICES = ("int8",), ("float32", "float16", "bfloat16")
+
+
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     """``--quantize int8`` and ``--kv-cache float16|bfloat16``: reduced-precision inference on a CPU (docs/text.md)."""
-    from multimodal.layers.quantize import KV_CACHE_DTYPES, WEIGHT_SCHEMES
-
-    parser.add_argument("--quantize", choices=WEIGHT_SCHEMES, default=None,
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
                         help="int8 weights (per-channel scales): faster decoding on a CPU, NLL within 1%% (docs/text.md)")
-    parser.add_argument("--kv-cache", choices=list(KV_CACHE_DTYPES), default=None,
+    parser.add_argument("--kv-cache", choices=KV_CACHE_CHOICES, default=None,
                         help="store the decoding caches in this dtype (float16: half the memory)")  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from tasks.commands.checkpoint import QUANTIZE_CHOICES
 from tasks.runs import RUNS, resolve_checkpoint, run_of
 
 
@@ -31,7 +32,7 @@ def export_command(argv: list[str]) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an export already there")
     parser.add_argument("--half", action="store_true",
                         help="store the weights in float16 (half the size; loaded back into float32)")  # fmt: skip
-    parser.add_argument("--quantize", choices=["int8"], default=None,
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
                         help="store int8 weights with per-channel scales (a quarter of float32; loads quantized)")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.checkpoint.exists():

@@ -168,6 +168,13 @@ def test_an_int8_folder_is_a_quarter_of_float32_and_loads_the_same_model(tmp_pat
     assert model.head.weight is model.embedding.weight  # the caller's model was left as it was
 
 
+def test_the_commands_offer_what_the_library_takes():
+    from tasks.commands.checkpoint import KV_CACHE_CHOICES, QUANTIZE_CHOICES
+
+    assert QUANTIZE_CHOICES == quantize_module.WEIGHT_SCHEMES
+    assert list(KV_CACHE_CHOICES) == list(quantize_module.KV_CACHE_DTYPES)
+
+
 def test_unknown_options_and_a_missing_kernel_are_refused_with_what_to_do(monkeypatch):
     with pytest.raises(ValueError, match="unknown quantization 'int4'"):
         quantize_model(_model("learned"), "int4")
