@@ -8,6 +8,8 @@
                 left-padded prompts; greedy, ``--new-tokens`` each) with our model in float32, int8 and
                 int8 + a float16 cache against HF ``generate`` in float32, taking turns, at each of
                 ``--threads``; one JSON line per case and thread count.
+``--music-speed`` the shipped music model (relative attention: HF has no peer) sampling from its
+                controls at 1 and 8 rows, float32 against int8.
 ``--quality``   the shipped music model on its test pieces: nats per note per collection in float32,
                 int8 and int8 + float16 cache; greedy agreement over 32 test primers (teacher-forced:
                 the share of steps whose argmax is float32's; free-running: tokens equal to float32's
@@ -54,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", action="store_true")
     parser.add_argument("--speed", action="store_true")
+    parser.add_argument("--music-speed", action="store_true", help="the shipped music model, float32 vs int8")
     parser.add_argument("--quality", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--table", action="store_true")
@@ -78,6 +81,10 @@ def main() -> None:
             torch.set_num_threads(threads)
             decoding_speed(args, lambda row, threads=threads: record(
                 args.out, {"kind": "speed", "day": day, "threads": threads, **row}, "speed"))
+    if args.music_speed:
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            record(args.out, {"kind": "music_speed", "day": day, "threads": threads, **music_speed(args)}, "speed")
     torch.set_num_threads(max(args.threads))
     if args.quality:
         for row in music_quality(args):
@@ -198,6 +205,37 @@ def decoding_speed(args: argparse.Namespace, done) -> None:
                    "tokens_per_second": {name: round(rate, 1) for name, rate in rates.items()}}  # fmt: skip
             print(json.dumps(row))
             done(row)
+
+
+def music_speed(args: argparse.Namespace) -> dict:
+    """The shipped music model (relative attention: no HF peer) sampling ``--new-tokens`` events from its
+    controls at 1 and 8 rows, each variant, taking turns; new events/s over all rows."""
+    from multimodal import load as load_model
+    from multimodal.generation import generate_batch
+    from multimodal.tokenizers.music_controls import Controls
+
+    models = {name: load_model(args.model, quantize=quantize, kv_cache_dtype=kv_cache)[0]
+              for name, (quantize, kv_cache) in VARIANTS.items()}  # fmt: skip
+    tokenizer = load_model(args.model)[1]
+    prompt = [tokenizer.bos_id, *tokenizer.control_ids(Controls(style=0))]
+    result = {"model": str(args.model), "new_tokens": args.new_tokens, "events_per_second": {}}
+    with torch.inference_mode():
+        for rows in (1, 8):
+            runs = {name: (lambda m=m, rows=rows: generate_batch(m, [prompt] * rows, args.new_tokens, temperature=0))
+                    for name, m in models.items()}  # fmt: skip
+            for run in runs.values():
+                run()
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(args.rounds):
+                for name, run in runs.items():
+                    started = time.perf_counter()
+                    run()
+                    times[name].append(time.perf_counter() - started)
+            result["events_per_second"][f"{rows} rows"] = {
+                name: round(rows * args.new_tokens / statistics.median(values), 1) for name, values in times.items()
+            }
+    print(json.dumps(result))
+    return result
 
 
 def _variant(model, quantize, kv_cache, quantize_model, set_kv_cache_dtype):
@@ -397,6 +435,14 @@ def table(rows: list[dict]) -> str:
             t = r["tokens_per_second"]
             lines.append(f"| {r['day']} | {r['threads']} | {r['case']} | {t['float32']:.0f} | {t['int8']:.0f} | "
                          f"{t['int8 + f16 cache']:.0f} | {t['hf float32']:.0f} | {t['int8'] / t['hf float32']:.2f} |")  # fmt: skip
+    music_runs = [r for r in rows if r.get("kind") == "music_speed"]
+    if music_runs:
+        lines += ["", "shipped music model, greedy from its controls, new events/s (all rows)", "",
+                  "| day | threads | rows | float32 | int8 | int8 + f16 cache | int8 / float32 |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for r in music_runs:
+            for rows_name, t in r["events_per_second"].items():
+                lines.append(f"| {r['day']} | {r['threads']} | {rows_name} | {t['float32']:.0f} | {t['int8']:.0f} | "
+                             f"{t['int8 + f16 cache']:.0f} | {t['int8'] / t['float32']:.2f} |")  # fmt: skip
     music = [r for r in rows if r.get("kind") == "music"]
     if music:
         lines += ["", "shipped music model, test pieces", "",
