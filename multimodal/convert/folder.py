@@ -33,7 +33,7 @@ from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.convert.weight_shapes import check_config_fits, weight_shapes
 from multimodal.data.storage import give_default_mode
 from multimodal.layers.lora import LoRALinear, merge_lora
-from multimodal.layers.quantize import WEIGHT_SCHEMES, quantize_model, set_kv_cache_dtype
+from multimodal.layers.quantize import WEIGHT_SCHEMES, Int8Linear, quantize_model, set_kv_cache_dtype
 from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, ViTConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.lm import CausalLM
@@ -309,14 +309,15 @@ def _load_checkpoint(path: Path, device: str | torch.device) -> tuple[nn.Module,
 def folder_export(folder: str | Path, stack: str | None = None) -> Export:
     """A model folder's weights under export names, for ``finetune.init_from`` (``stack``: which stack of two)."""
     model, _ = load(folder)
+    if getattr(model, "quantization", None):
+        raise ValueError(f"{folder}: its weights are {model.quantization} (an inference export); start a run from a "
+                         f"float folder (`multimodal export` without --quantize) or the checkpoint")  # fmt: skip
     return export_from_state_dict(model.state_dict(), dataclasses.asdict(model.config), str(folder), stack)
 
 
 def _float_weights_to(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """``model`` with its floating-point parameters and buffers in ``dtype``; int8 weights and their
     float32 scales stay as they are (a quantized model's scales are what its kernel multiplies by)."""
-    from multimodal.layers.quantize import Int8Linear
-
     for module in model.modules():
         if isinstance(module, Int8Linear):
             continue

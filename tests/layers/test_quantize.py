@@ -230,3 +230,11 @@ def test_a_folder_that_lies_about_its_quantization_is_refused_before_loading(tmp
     (folder / "config.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="the weights do not fit the config: missing .*unexpected"):
         load(folder)
+
+
+def test_an_int8_folder_cannot_start_a_training_run(tmp_path):
+    from multimodal.convert.folder import folder_export
+
+    folder = save_model_folder(_model("learned"), tmp_path / "int8", quantize="int8")
+    with pytest.raises(ValueError, match="its weights are int8 .* start a run from a float folder"):
+        folder_export(folder)
