@@ -191,16 +191,8 @@ def decoding_speed(args: argparse.Namespace, done) -> None:
         )
     with torch.inference_mode():
         for case, (our_runs, hf_run, count) in cases.items():
-            runs = {**our_runs, "hf float32": hf_run}
-            for run in runs.values():
-                run()  # warm-up
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(args.rounds):
-                for name, run in runs.items():
-                    start = time.perf_counter()
-                    run()
-                    times[name].append(time.perf_counter() - start)
-            rates = {name: count * new_tokens / statistics.median(values) for name, values in times.items()}
+            seconds = _median_seconds_taking_turns({**our_runs, "hf float32": hf_run}, args.rounds)
+            rates = {name: count * new_tokens / median for name, median in seconds.items()}
             row = {"case": case, "new_tokens": new_tokens, "rounds": args.rounds,
                    "tokens_per_second": {name: round(rate, 1) for name, rate in rates.items()}}  # fmt: skip
             print(json.dumps(row))
@@ -214,28 +206,34 @@ def music_speed(args: argparse.Namespace) -> dict:
     from multimodal.generation import generate_batch
     from multimodal.tokenizers.music_controls import Controls
 
-    models = {name: load_model(args.model, quantize=quantize, kv_cache_dtype=kv_cache)[0]
+    loaded = {name: load_model(args.model, quantize=quantize, kv_cache_dtype=kv_cache)
               for name, (quantize, kv_cache) in VARIANTS.items()}  # fmt: skip
-    tokenizer = load_model(args.model)[1]
+    models, tokenizer = {name: model for name, (model, _) in loaded.items()}, loaded["float32"][1]
     prompt = [tokenizer.bos_id, *tokenizer.control_ids(Controls(style=0))]
     result = {"model": str(args.model), "new_tokens": args.new_tokens, "events_per_second": {}}
     with torch.inference_mode():
         for rows in (1, 8):
             runs = {name: (lambda m=m, rows=rows: generate_batch(m, [prompt] * rows, args.new_tokens, temperature=0))
                     for name, m in models.items()}  # fmt: skip
-            for run in runs.values():
-                run()
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(args.rounds):
-                for name, run in runs.items():
-                    started = time.perf_counter()
-                    run()
-                    times[name].append(time.perf_counter() - started)
             result["events_per_second"][f"{rows} rows"] = {
-                name: round(rows * args.new_tokens / statistics.median(values), 1) for name, values in times.items()
+                name: round(rows * args.new_tokens / median, 1)
+                for name, median in _median_seconds_taking_turns(runs, args.rounds).items()
             }
     print(json.dumps(result))
     return result
+
+
+def _median_seconds_taking_turns(runs: dict, rounds: int) -> dict[str, float]:
+    """Each run once to warm up, then ``rounds`` rounds in which every run goes once; median seconds per run."""
+    for run in runs.values():
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _variant(model, quantize, kv_cache, quantize_model, set_kv_cache_dtype):

@@ -49,7 +49,7 @@ class KVCache:
         self.values[..., self.length : self.length + new, :] = values
         self.length += new
         keys_so_far, values_so_far = self.keys[..., : self.length, :], self.values[..., : self.length, :]
-        if keys_so_far.dtype != keys.dtype:
+        if self.dtype is not None:  # stored smaller: read back in the dtype the keys came in
             return keys_so_far.to(keys.dtype), values_so_far.to(values.dtype)
         return keys_so_far, values_so_far
 

@@ -8,11 +8,11 @@ from memory. Storing the weights in int8 reads a quarter of the bytes:
 
 one scale per output channel (the row's largest magnitude / 127, symmetric, no zero point). The
 product runs in PyTorch's dynamically quantized linear kernel (``torch.ops.quantized.linear_dynamic``:
-FBGEMM on x86, QNNPACK on ARM), which quantizes each call's input to 8 bits with its own range,
+FBGEMM on x86, QNNPACK on ARM), which quantizes each call's input to 7 bits with its own range,
 multiplies in integers and returns float32, so nothing else in the model changes. Chosen by
 measurement on this project's 2-core AVX2 CPU (docs/benchmarks.md, ``benchmarks/quantized_inference.py
---kernels``): it runs a 256 x 1024 layer 1.8x as fast as float32 at 8 rows and the 256 x 8000
-output layer 2.6x as fast at 1 row; PyTorch's weight-only int8 kernel
+--kernels``): it runs a 256 x 1024 layer 1.65x as fast as float32 at 8 rows and the 256 x 8000
+output layer 2.2x as fast at 1 row; PyTorch's weight-only int8 kernel
 (``aten._weight_int8pack_mm``, float32 activations) has no AVX2 code and ran 8-30x *slower* than
 float32 there. At one row a small layer gains nothing (the weights sit in the CPU's cache anyway).
 
@@ -46,7 +46,7 @@ KV_CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16
 
 class Int8Linear(nn.Module):
     """``y ≈ x @ (q * s).T + b`` with int8 ``q`` and one float32 scale per output channel; the input is
-    quantized per call (8 bits, its own range), the output is float32.
+    quantized per call (7 bits, its own range), the output is float32.
 
     Args:
         in_features: Input width.
@@ -92,7 +92,6 @@ class Int8Linear(nn.Module):
         layer.qweight, layer.scales = qweight, scales
         if linear.bias is not None:
             layer.bias = linear.bias.detach().float().clone()
-        layer._packed = None
         return layer
 
     def dequantized(self) -> Tensor:

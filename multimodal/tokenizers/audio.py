@@ -26,10 +26,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from multimodal.layers.config import check_sizes
+
 __all__ = ["AudioSpectrogramTokenizer"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class AudioSpectrogramTokenizer:
     """Waveform -> log-mel frames or patches, with every parameter in one JSON file (``save``/``load``).
 
@@ -60,11 +62,8 @@ class AudioSpectrogramTokenizer:
     stride_time: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("sample_rate", "n_fft", "hop_length", "n_mels", "patch_freq", "patch_time", "stride_freq",
-                     "stride_time"):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"AudioSpectrogramTokenizer.{name} must be a whole number >= 1, got {value!r}")
+        check_sizes(self, positive=("sample_rate", "n_fft", "hop_length", "n_mels", "patch_freq", "patch_time",
+                                    "stride_freq", "stride_time"))  # fmt: skip
         if self.patch_freq > self.n_mels:
             raise ValueError(f"patch_freq={self.patch_freq} is more than the {self.n_mels} mel bands")
         if self.std <= 0:
