@@ -5,10 +5,11 @@ Each wraps the plain torch data sets of ``multimodal.data``. Late-bound sizes (`
 link them into the task before anything is loaded.
 """
 
+from tasks.datamodules.audio_classification import InstrumentFamilyDataModule
 from tasks.datamodules.image_classification import ImageClassificationDataModule
 from tasks.datamodules.image_generation import ImageGenerationDataModule
 from tasks.datamodules.music import MusicDataModule
 from tasks.datamodules.super_resolution import SuperResolutionDataModule
 from tasks.datamodules.text import TextDataModule
 
-__all__ = ["ImageClassificationDataModule", "ImageGenerationDataModule", "MusicDataModule", "SuperResolutionDataModule", "TextDataModule"]
+__all__ = ["ImageClassificationDataModule", "ImageGenerationDataModule", "InstrumentFamilyDataModule", "MusicDataModule", "SuperResolutionDataModule", "TextDataModule"]
