@@ -122,24 +122,28 @@ def tables(results: list[dict]) -> str:
         if not rows:
             continue
         lines += [f"{stage}: accuracy (14 families, chance 0.071), mean ± sd over seeds", "",
-                  "| model | parameters | overrides | seeds | minutes | val (seen SoundFonts) | test_seen | "
-                  "test (unseen SoundFont) |", "|---|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+                  "| model | parameters | epochs | overrides | seeds | minutes | val (seen SoundFonts) | test_seen | "
+                  "test (unseen SoundFont) |", "|---|---:|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((r["model"], " ".join(r["overrides"] + r["data_overrides"])), []).append(r)
-        for (model, overrides), group in groups.items():
+            groups.setdefault((r["model"], r["epochs"], " ".join(r["overrides"] + r["data_overrides"])), []).append(r)
+        for (model, epochs, overrides), group in groups.items():
             cells = [spread([r[split]["accuracy"] for r in group], 4) for split in ("val", "test_seen", "test")]
-            lines.append(f"| {model} | {group[0]['parameters']:,} | {overrides or '-'} | {len(group)} | "
+            lines.append(f"| {model} | {group[0]['parameters']:,} | {epochs} | {overrides or '-'} | {len(group)} | "
                          f"{spread([r['minutes'] for r in group], 1)} | " + " | ".join(cells) + " |")  # fmt: skip
         if stage == "report":
-            by_seed = {(r["model"], r["seed"]): r for r in rows if not r["overrides"] and not r["data_overrides"]}
-            gaps = [by_seed["ast", seed]["test"]["accuracy"] - by_seed["cnn", seed]["test"]["accuracy"]
-                    for (model, seed) in by_seed if model == "ast" and ("cnn", seed) in by_seed]  # fmt: skip
-            if gaps:
-                lines.append(f"\nAST minus CNN, test accuracy (unseen SoundFont) per seed: {spread(gaps, 4)}; "
-                             f"AST > CNN: {verdict(gaps, 0.0, lower_is_better=False)}")  # fmt: skip
+            plain = [r for r in rows if not r["overrides"] and not r["data_overrides"]]
+            cnn = {r["seed"]: r for r in plain if r["model"] == "cnn"}
+            for epochs in sorted({r["epochs"] for r in plain if r["model"] == "ast"}):
+                ast = {r["seed"]: r for r in plain if r["model"] == "ast" and r["epochs"] == epochs}
+                gaps = [ast[seed]["test"]["accuracy"] - cnn[seed]["test"]["accuracy"] for seed in ast if seed in cnn]
+                if gaps:
+                    lines.append(f"\nAST ({epochs} epochs) minus CNN ({cnn[min(cnn)]['epochs']} epochs), test accuracy "
+                                 f"(unseen SoundFont) per seed: {spread(gaps, 4)}; AST > CNN: "
+                                 f"{verdict(gaps, 0.0, lower_is_better=False)}")  # fmt: skip
             for model in ("ast", "cnn"):
-                group = [r for (m, _), r in by_seed.items() if m == model]
+                group = [r for r in plain if r["model"] == model and r["epochs"] == max(
+                    q["epochs"] for q in plain if q["model"] == model)]  # fmt: skip
                 if group:
                     families = group[0]["families"]
                     means = [statistics.fmean(r["test"]["per_family"][k] for r in group) for k in range(len(families))]

@@ -131,6 +131,16 @@ def bundled_soundfont() -> Path:
     return Path(pretty_midi.__file__).with_name("TimGM6mb.sf2")
 
 
+BUNDLED = "bundled"  # as a SoundFont name: pretty_midi's TimGM6mb.sf2
+
+
+def resolve_soundfont(name: str | Path) -> str:
+    """The path of a SoundFont named in a config: ``bundled`` (:func:`bundled_soundfont`) or a checked file."""
+    if str(name) == BUNDLED:
+        return str(bundled_soundfont())
+    return str(check_soundfont(name))
+
+
 def default_soundfont() -> str:
     """``$MULTIMODAL_SOUNDFONT`` if set (a file or ``"sine"``), else :func:`bundled_soundfont`."""
     return os.environ.get(SOUNDFONT_ENV, "").strip() or str(bundled_soundfont())

@@ -20,7 +20,15 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from multimodal.data.instrument_phrases import ALL_FAMILIES, DEFAULT_FAMILIES, PhraseSet, load_melodies, melody_windows, phrase_set
+from multimodal.audio.synthesis import BUNDLED, resolve_soundfont
+from multimodal.data.instrument_phrases import (
+    ALL_FAMILIES,
+    DEFAULT_FAMILIES,
+    PhraseSet,
+    load_melodies,
+    melody_windows,
+    phrase_set,
+)
 from multimodal.data.music import MidiCorpus
 from multimodal.data.resumable import ResumableLoader, SeededItems
 from multimodal.tokenizers.audio import AudioSpectrogramTokenizer
@@ -28,7 +36,6 @@ from tasks.datamodules.checks import check_options
 
 __all__ = ["InstrumentFamilyDataModule", "SpectrogramClips"]
 
-BUNDLED = "bundled"  # as a SoundFont name: pretty_midi's TimGM6mb.sf2
 _SPLIT_SEEDS = {"train": 0, "val": 1, "test": 2}
 
 
@@ -92,8 +99,8 @@ class InstrumentFamilyDataModule(pl.LightningDataModule):
         if unknown or len(set(self.families)) < 2 or len(set(self.families)) != len(self.families):
             raise ValueError(f"families={list(self.families)}: two or more distinct names of "
                              f"{list(ALL_FAMILIES)}")  # fmt: skip
-        self.soundfonts = [_soundfont_path(name) for name in (soundfonts or [BUNDLED])]
-        self.test_soundfonts = [_soundfont_path(name) for name in test_soundfonts] if test_soundfonts else self.soundfonts
+        self.soundfonts = [resolve_soundfont(name) for name in (soundfonts or [BUNDLED])]
+        self.test_soundfonts = [resolve_soundfont(name) for name in test_soundfonts] if test_soundfonts else self.soundfonts
         self.tokenizer = AudioSpectrogramTokenizer(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length,
                                                    n_mels=n_mels)  # fmt: skip
         self.melodies, self.clip_seconds = melodies, float(clip_seconds)
@@ -147,7 +154,8 @@ class InstrumentFamilyDataModule(pl.LightningDataModule):
                        seed=self.seed * 1000 + _SPLIT_SEEDS[split] * 100 + index, cache_dir=self.cache_dir)
             for index, font in enumerate(fonts)
         ]  # fmt: skip
-        return PhraseSet(*(torch.cat(parts) for parts in zip(*((s.spectrograms, s.labels, s.programs) for s in sets))))
+        columns = zip(*((s.spectrograms, s.labels, s.programs) for s in sets), strict=True)
+        return PhraseSet(*(torch.cat(column) for column in columns))
 
     @property
     def statistics(self) -> tuple[float, float]:
@@ -284,11 +292,3 @@ class _NamedClips(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, str]:
         return self.clips[index][0], f"test/{index}"
-
-
-def _soundfont_path(name: str) -> str:
-    from multimodal.audio.synthesis import bundled_soundfont, check_soundfont
-
-    if name == BUNDLED:
-        return str(bundled_soundfont())
-    return str(check_soundfont(name))

@@ -6,12 +6,11 @@ from pathlib import Path
 import pretty_midi
 import pytest
 import torch
+from melodies import melody_folder
 
 from multimodal.audio.synthesis import midi_to_waveform, write_wav
 from tasks.cli import MultimodalCLI, main
 from tasks.image_classification import ImageClassification
-
-from melodies import melody_folder
 
 pytest.importorskip("tinysoundfont")
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
