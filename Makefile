@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all lint demo data clean gpu-check browser pretrained-music
+.PHONY: install test test-all lint demo data clean gpu-check browser pretrained-music basic-pitch
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The peer of benchmarks/transcription.py: Spotify's basic-pitch 0.4.0 running its ONNX model with onnxruntime.
+# --no-deps: its wheel declares TensorFlow, which the ONNX model does not need.
+basic-pitch: install
+	$(BIN)/pip install --quiet onnxruntime==1.32.0 librosa==0.11.0 "resampy<0.4.3"
+	$(BIN)/pip install --quiet --no-deps basic-pitch==0.4.0
 
 lint: install
 	$(BIN)/ruff check .

@@ -11,6 +11,7 @@ TASKS: dict[str, str] = {
     "ImageGeneration": "tasks.image_generation.ImageGeneration",
     "SuperResolution": "tasks.super_resolution.SuperResolution",
     "AutoregressiveSuperResolution": "tasks.super_resolution.AutoregressiveSuperResolution",
+    "Transcription": "tasks.transcription.Transcription",
 }
 """Short name -> full class path."""
 

@@ -228,3 +228,22 @@ def test_quantized_inference_at_tiny_size_records_each_measurement(tmp_path):
          "--prompts", "2", "--out", str(out))  # fmt: skip
     kinds = [json.loads(line)["kind"] for line in out.read_text().splitlines()]
     assert kinds == ["kernels", "music", "music", "music"]
+
+
+@pytest.mark.slow  # about a minute on 2 cores: `make test-all` runs it
+def test_transcription_selects_on_validation_and_reports_test(tmp_path, monkeypatch):
+    pytest.importorskip("tinysoundfont")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from melodies import melody_folder
+
+    monkeypatch.setenv("MULTIMODAL_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "transcription.jsonl"
+    tiny = ["--minutes", "0.05", "--train-soundfonts", "bundled", "--test-soundfont", "bundled", "--threads", "1",
+            "--data", f"pieces={melody_folder(tmp_path / 'tunes')}", "n_mels=32", "n_fft=400", "--set", "dim=32",
+            "num_layers=1", "encoder_layers=1", "num_heads=2", "ff_dim=64", "--out", str(out)]  # fmt: skip
+    _run("transcription.py", *tiny, "--stage", "select")
+    _run("transcription.py", *tiny, "--stage", "report")
+    rows = _rows(out)
+    assert [(r["stage"], r["split"]) for r in rows] == [("select", "val"), ("report", "test")]
+    assert all(0 <= r["onset_f1"] <= 1 and r["audio_per_second"] > 0 and r["steps"] > 0 for r in rows)
+    assert "| ours |" in _run("transcription.py", "--table", "--out", str(out))

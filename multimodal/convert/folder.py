@@ -34,7 +34,7 @@ from multimodal.convert.weight_shapes import check_config_fits, weight_shapes
 from multimodal.data.storage import give_default_mode
 from multimodal.layers.lora import LoRALinear, merge_lora
 from multimodal.layers.quantize import WEIGHT_SCHEMES, Int8Linear, quantize_model, set_kv_cache_dtype
-from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, ViTConfig
+from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, TranscriberConfig, ViTConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.lm import CausalLM
 from multimodal.models.super_resolution import (
@@ -43,6 +43,7 @@ from multimodal.models.super_resolution import (
     SuperResolutionConfig,
     SuperResolutionRegressor,
 )
+from multimodal.models.transcriber import Transcriber
 from multimodal.models.vit import ViT
 
 FORMAT = "multimodal-model"
@@ -57,6 +58,7 @@ FAMILIES: dict[str, tuple[type, Callable[[Any], nn.Module]]] = {
     "ImageTransformer": (ImageTransformerConfig, ImageTransformer),
     "SuperResolutionRegressor": (SuperResolutionConfig, SuperResolutionRegressor),
     "ConditionalImageTransformer": (ConditionalSuperResolutionConfig, ConditionalImageTransformer),
+    "Transcriber": (TranscriberConfig, Transcriber),
 }
 
 #: The family of each task's model, for checkpoints that do not record it (written before it was).
@@ -68,6 +70,7 @@ TASK_FAMILIES = {
     "tasks.image_generation.ImageGeneration": "ImageTransformer",
     "tasks.super_resolution.SuperResolution": "SuperResolutionRegressor",
     "tasks.super_resolution.AutoregressiveSuperResolution": "ConditionalImageTransformer",
+    "tasks.transcription.Transcription": "Transcriber",
 }
 
 

@@ -296,6 +296,43 @@ class ConditionalSuperResolutionConfig(PatchEncoderConfig):
         super().__post_init__()
 
 
+@dataclass
+class TranscriberConfig(Presets, TransformerConfig):
+    """Audio -> notes: a spectrogram encoder and a note-event decoder that cross-attends to it.
+
+    The encoder reads ``frame_stack`` consecutive log-mel frames as one token (``n_mels *
+    frame_stack`` values projected to ``dim``); ``encoder_layers`` bidirectional blocks. The decoder
+    is ``num_layers`` causal blocks with cross-attention, over the ids of a note-event vocabulary
+    (:class:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer`). Both share ``dim``,
+    heads, feed-forward width and the position scheme (rotary by default: cheap, and it works
+    both ways).
+
+    Attributes:
+        n_mels: Mel bands of the input; linked from the data module.
+        frame_stack: Spectrogram frames per encoder token (4 frames of 10 ms: one token per 40 ms).
+        encoder_layers: Blocks of the encoder.
+        vocab_size: Ids of the note-event vocabulary; linked from the data module.
+    """
+
+    position: PositionScheme = "rotary"
+    n_mels: int = 128
+    frame_stack: int = 4
+    encoder_layers: int = 4
+    vocab_size: int = 256
+
+    def __post_init__(self) -> None:
+        check_sizes(self, positive=("n_mels", "frame_stack", "encoder_layers", "vocab_size"))
+        super().__post_init__()
+
+
+TRANSCRIBER_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(dim=32, num_layers=1, encoder_layers=1, num_heads=2, ff_dim=64, dropout=0.0, max_seq_len=512),
+    "small": dict(dim=128, num_layers=3, encoder_layers=4, num_heads=4, ff_dim=512, dropout=0.1, max_seq_len=512),
+}
+"""Transcriber sizes; ``small`` is the model of ``configs/transcription.yaml``."""
+TranscriberConfig.presets = TRANSCRIBER_PRESETS
+
+
 IMAGE_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(dim=16, num_layers=1, num_heads=2, ff_dim=32, dropout=0.0),
     "small": dict(dim=128, num_layers=4, num_heads=4, ff_dim=512, dropout=0.2, position="relative",

@@ -63,6 +63,10 @@ COMMANDS: dict[str, Command] = {
         "the models that ship with the package (load('music'), --model music): multimodal models",
         "tasks.commands.models:models_command",
     ),
+    "transcribe": Command(
+        "audio -> MIDI with a transcription model: multimodal transcribe --checkpoint CKPT song.wav [DIR] --out DIR",
+        "tasks.commands.transcribe:transcribe_command",
+    ),
     "serve": Command(
         "a local web page to play with a model: multimodal serve --checkpoint CKPT_OR_FOLDER [--port N]",
         "tasks.commands.serve:serve_command",

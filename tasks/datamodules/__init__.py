@@ -11,5 +11,7 @@ from tasks.datamodules.image_generation import ImageGenerationDataModule
 from tasks.datamodules.music import MusicDataModule
 from tasks.datamodules.super_resolution import SuperResolutionDataModule
 from tasks.datamodules.text import TextDataModule
+from tasks.datamodules.transcription import TranscriptionDataModule
 
-__all__ = ["ImageClassificationDataModule", "ImageGenerationDataModule", "InstrumentFamilyDataModule", "MusicDataModule", "SuperResolutionDataModule", "TextDataModule"]
+__all__ = ["ImageClassificationDataModule", "ImageGenerationDataModule", "InstrumentFamilyDataModule", "MusicDataModule", "SuperResolutionDataModule", "TextDataModule",
+           "TranscriptionDataModule"]

@@ -3,7 +3,8 @@
 One page per kind of model, each in its own module: :mod:`~tasks.serve.music` (continue a held-out
 or uploaded MIDI primer: hear it, see the piano roll, download the MIDI), :mod:`~tasks.serve.text`
 (a prompt, streamed), :mod:`~tasks.serve.images` (image generation grids, super-resolution next
-to bicubic, class probabilities). Each page's work is a plain function of its inputs (tested
+to bicubic, class probabilities), :mod:`~tasks.serve.audio` (a recording transcribed to MIDI and a
+piano roll). Each page's work is a plain function of its inputs (tested
 without a browser); a bad upload gives a message on the page, not a stack trace.
 """
 
@@ -33,6 +34,7 @@ def _page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> 
     from tasks.language_modeling import LanguageModeling
     from tasks.music_continuation import MusicContinuation
     from tasks.super_resolution import AutoregressiveSuperResolution, SuperResolution
+    from tasks.transcription import Transcription
 
     if isinstance(task, MusicContinuation):
         from tasks.serve.music import music_page
@@ -42,6 +44,10 @@ def _page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> 
         from tasks.serve.text import text_page
 
         return text_page(task, tokenizer)
+    if isinstance(task, Transcription):
+        from tasks.serve.audio import transcription_page
+
+        return transcription_page(task, tokenizer)
     from tasks.serve import images
 
     if isinstance(task, ImageGeneration):
