@@ -19,8 +19,6 @@ that makes them, and read back with ``weights_only=True``.
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,7 +28,7 @@ import torch
 from torch import Tensor
 
 from multimodal.data.music import MidiCorpus, load_midi_files
-from multimodal.data.storage import atomic_write_bytes, cache_root
+from multimodal.data.storage import cache_root, cached_tensors
 from multimodal.tokenizers.audio import AudioSpectrogramTokenizer
 
 __all__ = [
@@ -203,24 +201,18 @@ def phrase_set(
     for window in windows:
         digest.update(np.ascontiguousarray(window, dtype=np.float64).tobytes())
     stat = Path(soundfont).expanduser().stat()
-    key = json.dumps({
+    key = {
         "version": _CACHE_VERSION, "windows": digest.hexdigest(), "soundfont": [str(soundfont), stat.st_size,
         stat.st_mtime_ns], "families": list(families), "clips_per_family": clips_per_family,
         "clip_seconds": clip_seconds, "seed": seed, "tokenizer": asdict(tokenizer),
-    }, sort_keys=True)  # fmt: skip
+    }  # fmt: skip
+
+    def build() -> dict[str, Tensor]:
+        phrases = render_phrases(windows, soundfont, families, clips_per_family, tokenizer, clip_seconds, seed)
+        return {"spectrograms": phrases.spectrograms, "labels": phrases.labels, "programs": phrases.programs}
+
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "instrument_phrases"
-    path = folder / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.pt"
-    if path.is_file():
-        try:
-            stored = torch.load(path, weights_only=True)
-            return PhraseSet(stored["spectrograms"], stored["labels"], stored["programs"])
-        except Exception:  # a damaged cache file is rendered again
-            pass
-    phrases = render_phrases(windows, soundfont, families, clips_per_family, tokenizer, clip_seconds, seed)
-    buffer = io.BytesIO()
-    torch.save({"spectrograms": phrases.spectrograms, "labels": phrases.labels, "programs": phrases.programs}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return phrases
+    return PhraseSet(**cached_tensors(folder, key, build))
 
 
 def _in_register(notes: np.ndarray, centre: int) -> np.ndarray:

@@ -11,9 +11,13 @@ never leaves half a file that a later run would trust; the file then gets the pe
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def cache_root() -> Path:
@@ -35,6 +39,29 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     give_default_mode(handle.name)
     Path(handle.name).replace(path)
     return path
+
+
+def cached_tensors(folder: str | Path, key: dict[str, Any], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``build()`` — a dict of tensors (or lists of them) — computed once and kept in ``folder``.
+
+    The file is named by a hash of ``key`` (JSON, sorted), so anything that changes what ``build``
+    makes must be in the key. A kept file is read with ``torch.load(weights_only=True)``; one that does
+    not read (damaged, cut short) is built and written again.
+    """
+    import torch
+
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    path = Path(folder) / f"{name}.pt"
+    if path.is_file():
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception:  # a damaged cache file is built again
+            pass
+    built = build()
+    buffer = io.BytesIO()
+    torch.save(built, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+    return built
 
 
 def give_default_mode(path: str | Path) -> Path:

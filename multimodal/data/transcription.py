@@ -17,18 +17,17 @@ audio is never music trained on; SoundFonts and programs are chosen per split.
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pretty_midi
 import torch
 from torch import Tensor
 
-from multimodal.data.storage import atomic_write_bytes, cache_root
+from multimodal.data.storage import cache_root, cached_tensors
 from multimodal.tokenizers.audio import AudioSpectrogramTokenizer
 
 __all__ = ["AudioAugmentation", "piece_midi", "reference_notes", "render_piece", "rendered_pieces", "segment_notes", "segment_starts",
@@ -154,31 +153,26 @@ def rendered_pieces(
     for notes in pieces:
         digest.update(np.ascontiguousarray(notes[:, :4], dtype=np.float64).tobytes())
     stat = Path(soundfont).expanduser().stat()
-    key = json.dumps({
+    key = {
         "version": _CACHE_VERSION, "pieces": digest.hexdigest(), "soundfont": [str(soundfont), stat.st_size,
         stat.st_mtime_ns], "programs": list(programs), "seed": seed, "augmentation": asdict(augmentation),
         "tokenizer": {k: v for k, v in asdict(tokenizer).items() if k not in ("mean", "std")},
-    }, sort_keys=True)  # fmt: skip
+    }  # fmt: skip
+
+    def build() -> dict[str, Any]:
+        render = SoundFontRenderer(soundfont, tokenizer.sample_rate)
+        raw = AudioSpectrogramTokenizer(**{**asdict(tokenizer), "mean": 0.0, "std": 1.0})
+        spectrograms, chosen = [], []
+        for index, notes in enumerate(pieces):
+            rng = np.random.default_rng([seed, index])
+            program = int(programs[int(rng.integers(len(programs)))])
+            spectrograms.append(render_piece(notes, render, program, raw, rng, augmentation))
+            chosen.append(program)
+        return {"spectrograms": spectrograms, "programs": torch.tensor(chosen)}
+
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "transcription"
-    path = folder / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.pt"
-    if path.is_file():
-        try:
-            stored = torch.load(path, weights_only=True)
-            return RenderedPieces(list(stored["spectrograms"]), [int(p) for p in stored["programs"]])
-        except Exception:  # a damaged cache file is rendered again
-            pass
-    render = SoundFontRenderer(soundfont, tokenizer.sample_rate)
-    raw = AudioSpectrogramTokenizer(**{**asdict(tokenizer), "mean": 0.0, "std": 1.0})
-    spectrograms, chosen = [], []
-    for index, notes in enumerate(pieces):
-        rng = np.random.default_rng([seed, index])
-        program = int(programs[int(rng.integers(len(programs)))])
-        spectrograms.append(render_piece(notes, render, program, raw, rng, augmentation))
-        chosen.append(program)
-    buffer = io.BytesIO()
-    torch.save({"spectrograms": spectrograms, "programs": torch.tensor(chosen)}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return RenderedPieces(spectrograms, chosen)
+    stored = cached_tensors(folder, key, build)
+    return RenderedPieces(list(stored["spectrograms"]), [int(p) for p in stored["programs"]])
 
 
 def reference_notes(notes: np.ndarray, tolerance: float = 1e-3) -> np.ndarray:
