@@ -8,7 +8,7 @@ import torch
 from melodies import melody_folder
 
 from multimodal.data import transcription
-from multimodal.data.instrument_phrases import load_melodies
+from multimodal.data.music import load_bach_chorales
 from multimodal.data.transcription import (
     NO_AUGMENTATION,
     AudioAugmentation,
@@ -29,7 +29,7 @@ def _notes(rows):
 
 
 def test_segments_of_every_test_chorale_stitch_back_to_the_piece():
-    corpus = load_melodies("bach").split("test")
+    corpus = load_bach_chorales().split("test")  # the cache the tokenizer tests convert
     assert len(corpus.names) > 10
     for notes in corpus.notes:
         notes = notes[:, :4]
