@@ -29,6 +29,7 @@ from torch import Tensor
 
 from multimodal.data.music import MidiCorpus, load_midi_files
 from multimodal.data.storage import cache_root, cached_tensors
+from multimodal.data.transcription import piece_midi
 from multimodal.tokenizers.audio import AudioSpectrogramTokenizer
 
 __all__ = [
@@ -172,7 +173,7 @@ def render_phrases(
         program = 8 * ALL_FAMILIES.index(family) + (i // len(families)) % 8
         notes = _in_register(windows[int(rng.integers(len(windows)))], REGISTERS[family])
         velocity = rng.integers(40, 111)
-        audio = render(_phrase_midi(notes, program, velocity, rng))[:samples]
+        audio = render(piece_midi(notes, program, int(velocity), rng))[:samples]
         audio = torch.nn.functional.pad(audio, (0, samples - len(audio)))
         peak = float(audio.abs().max())
         if peak > 0:
@@ -226,14 +227,3 @@ def _in_register(notes: np.ndarray, centre: int) -> np.ndarray:
     moved = notes.copy()
     moved[:, 0] = np.clip(notes[:, 0] + shift, 21, 108)
     return moved
-
-
-def _phrase_midi(notes: np.ndarray, program: int, velocity: int, rng: np.random.Generator) -> pretty_midi.PrettyMIDI:
-    """One instrument playing ``notes`` with ``program``, each note's velocity ``velocity ± 10``."""
-    midi = pretty_midi.PrettyMIDI()
-    instrument = pretty_midi.Instrument(program=int(program))
-    for pitch, start, end, _ in notes:
-        note_velocity = int(np.clip(velocity + rng.integers(-10, 11), 1, 127))
-        instrument.notes.append(pretty_midi.Note(note_velocity, int(pitch), float(start), float(max(end, start + 0.02))))
-    midi.instruments.append(instrument)
-    return midi
