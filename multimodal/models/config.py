@@ -213,6 +213,10 @@ class PatchEncoderConfig(Presets, TransformerConfig):
         patch_size: Low-resolution pixels per token side.
         stem_channels: Features per low-resolution pixel made by a 3×3 convolution before the
             patches are cut; 0 reads raw pixels into the patches.
+        residual_groups: 0: the ``num_layers`` blocks are one plain stack. ``k``: SwinIR's body —
+            ``k`` groups of ``num_layers / k`` blocks, each group closed by a 3×3 convolution on
+            the token grid and a residual connection around it, then one more 3×3 convolution
+            (:class:`~multimodal.models.super_resolution.ResidualGroups`).
     """
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}  # filled below (SUPER_RESOLUTION_PRESETS)
@@ -227,11 +231,18 @@ class PatchEncoderConfig(Presets, TransformerConfig):
     crop_size: int = 48
     patch_size: int = 1
     stem_channels: int = 32
+    residual_groups: int = 0
 
     def __post_init__(self) -> None:
         check_sizes(
-            self, positive=("scale", "channels", "crop_size", "patch_size"), non_negative=("stem_channels",)
-        )
+            self, positive=("scale", "channels", "crop_size", "patch_size"),
+            non_negative=("stem_channels", "residual_groups"),
+        )  # fmt: skip
+        if self.residual_groups and self.num_layers % self.residual_groups:
+            raise ValueError(
+                f"num_layers={self.num_layers} must be a multiple of residual_groups={self.residual_groups} "
+                f"(every group has the same number of blocks)"
+            )
         if self.scale < 1 or self.patch_size < 1 or self.crop_size % (self.scale * self.patch_size):
             raise ValueError(
                 f"crop_size={self.crop_size} must be a multiple of scale * patch_size = "

@@ -4,7 +4,9 @@ Both read the low-resolution image as patch tokens (:func:`~multimodal.tokenizer
 through the shared :class:`~multimodal.layers.Encoder` (:class:`PatchEncoder`); with
 ``stem_channels`` a 3×3 convolution first turns each low-resolution pixel into that many features,
 and the patches are cut from those (a convolutional stem, as in SwinIR; it learns the local edge
-filters far faster than attention over patches does).
+filters far faster than attention over patches does). With ``residual_groups`` the encoder is
+SwinIR's body (:class:`ResidualGroups`): groups of blocks, each closed by a 3×3 convolution on the
+token grid with a residual around it.
 
 - :class:`SuperResolutionRegressor` — with a stem, the encoder output is mapped back to per-pixel
   features (:func:`unpatchify`), added to the stem's, and a 3×3 convolution + pixel shuffle makes
@@ -28,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from multimodal.layers.block import norm_layer
 from multimodal.layers.cache import DecodingState
 from multimodal.layers.stack import Decoder, Encoder
 from multimodal.models.config import (
@@ -91,7 +94,7 @@ class PatchEncoder(nn.Module):
             else None
         )
         self.embed = nn.Linear(config.patch_size**2 * config.feature_channels, config.dim)
-        self.encoder = Encoder(config)
+        self.encoder = ResidualGroups(config) if config.residual_groups else Encoder(config)
 
     def features(self, low_res: Tensor) -> Tensor:
         """Per-pixel features ``(batch, feature_channels, height, width)``: the stem's, or the centred pixels."""
@@ -110,6 +113,49 @@ class PatchEncoder(nn.Module):
         rows, cols = features.shape[-2] // self.patch_size, features.shape[-1] // self.patch_size
         tokens = patchify(features, self.patch_size)  # (b, rows * cols, p * p * feature_channels)
         return self.encoder(self.embed(tokens), grid_width=cols), (rows, cols)
+
+
+class ResidualGroups(nn.Module):
+    """SwinIR's deep feature body on the shared blocks: residual groups of window-attention blocks closed by convolutions.
+
+    ``config.residual_groups`` groups of ``num_layers / residual_groups`` pre-norm blocks (local 2D
+    window attention whose memory reaches past the query block, so information crosses block
+    borders: an overlapping, not a shifted, window). After each group a 3×3 convolution over the
+    token grid, and the group's input added back (SwinIR's RSTB); after the last group a norm, one
+    more 3×3 convolution, and the body's input added back (SwinIR's ``conv_after_body``). The
+    convolutions give the body the translation-equivariant local filters attention has to learn.
+    Called like :class:`~multimodal.layers.Encoder`: ``(batch, rows * cols, dim)`` and the grid
+    width ``cols`` in, the same shape out.
+
+    Args:
+        config: Encoder options; ``num_layers`` counts the blocks of all groups together.
+    """
+
+    def __init__(self, config: PatchEncoderConfig) -> None:
+        super().__init__()
+        per_group = config.num_layers // config.residual_groups
+        self.groups = nn.ModuleList(Encoder(replace(config, num_layers=per_group, residual_groups=0))
+                                    for _ in range(config.residual_groups))  # fmt: skip
+        for group in self.groups:
+            group.norm = nn.Identity()  # the blocks are pre-norm; SwinIR normalises once, after the body
+        self.convs = nn.ModuleList(nn.Conv2d(config.dim, config.dim, 3, padding=1)
+                                   for _ in range(config.residual_groups))  # fmt: skip
+        self.norm = norm_layer(config)
+        self.body_conv = nn.Conv2d(config.dim, config.dim, 3, padding=1)
+
+    def forward(self, x: Tensor, *, grid_width: int) -> Tensor:
+        """``(batch, rows * grid_width, dim)`` → the same shape."""
+        rows = x.shape[1] // grid_width
+        hidden = x
+        for group, conv in zip(self.groups, self.convs, strict=True):
+            hidden = hidden + _grid_conv(conv, group(hidden, grid_width=grid_width), rows, grid_width)
+        return x + _grid_conv(self.body_conv, self.norm(hidden), rows, grid_width)
+
+
+def _grid_conv(conv: nn.Conv2d, tokens: Tensor, rows: int, cols: int) -> Tensor:
+    """Applies a convolution to tokens ``(batch, rows * cols, dim)`` laid out on their grid; same shape out."""
+    grid = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, rows, cols)
+    return conv(grid).flatten(2).transpose(1, 2)
 
 
 class SuperResolutionRegressor(nn.Module):
@@ -302,4 +348,6 @@ def _receptive_radius(config: PatchEncoderConfig) -> int:
     (rows, cols), (memory_rows, memory_cols) = config.local_query_shape, config.local_memory_shape
     per_layer = max(rows - 1 + memory_rows, cols - 1 + memory_cols)
     convolutions = 2 if config.stem_channels else 0  # the 3x3 stem and tail reach one pixel each
-    return (config.num_layers * per_layer + 1) * config.patch_size + convolutions
+    # Residual groups: each group's 3x3 convolution and the body's reach one token each.
+    grid_convolutions = config.residual_groups + 1 if config.residual_groups else 0
+    return (config.num_layers * per_layer + grid_convolutions + 1) * config.patch_size + convolutions
