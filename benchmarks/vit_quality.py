@@ -6,12 +6,12 @@ Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest)
     Our ViT trained with ``configs/image_classification.yaml`` (fixed stratified split: 1,257
     train, 180 validation, 360 test), next to scikit-learn's ``SVC(gamma=0.001)`` fitted on the
     same training images (raw 0-16 pixel values, as in scikit-learn's digits example). The
-    protocol of ``benchmarks/protocol.py``: ``--stage select`` trains each of ``--positions``
-    (seed 0) and scores the final weights on the **validation** images only; ``--stage report
-    --positions CHOSEN`` trains ``--seeds`` and scores validation and, once, **test**. Runs append
-    to ``--out``; ``--table`` prints both tables.
+    protocol of ``benchmarks/protocol.py``: ``--stage select`` trains each of ``--positions`` x
+    ``--recipes`` (seed 0) and scores the final weights on the **validation** images only;
+    ``--stage report --positions CHOSEN --recipes CHOSEN`` trains ``--seeds`` and scores
+    validation and, once, **test**. Runs append to ``--out``; ``--table`` prints both tables.
 ``fashion``
-    With ``--stage select``: each of ``--recipes`` (named in :data:`RECIPES`) trains for
+    With ``--stage select``: each of ``--recipes`` (see :func:`recipe_arguments`) trains for
     ``--budget`` minutes and is scored on the 6,000 **validation** images; with ``--stage report``
     the chosen recipe (``--recipes NAME``) trains for the config's 10 minutes with ``--seeds`` and
     is scored on validation and the **test** images (``configs/image_classification.yaml`` +
@@ -21,6 +21,10 @@ Sections (each prints a markdown table; ``docs/benchmarks.md`` holds the latest)
     ``vit_tiny_patch16_224`` (``pretrained=False``), built and timed in the same process; rounds
     alternate between the models and the ratio to timm is the median over rounds. Train = forward,
     backward and an AdamW step; eval = forward under ``torch.inference_mode``.
+
+A recipe is a name of :data:`RECIPES` (Fashion-MNIST settings), a training option of
+:data:`OPTIONS` (augmentation, MixUp/CutMix, stochastic depth, EMA), or several joined by ``+``
+(``"8 heads+trivialaugment+ema"``); ``shipped`` is the configs as they are.
 
 ``--stage`` defaults to ``select``: the test images are scored only when ``--stage report`` is asked
 for, with the one position scheme or recipe a selection chose. ``--set KEY=VALUE ...`` overrides
@@ -74,7 +78,8 @@ def main() -> None:
     parser.add_argument("--stage", choices=["select", "report"], default="select", help="digits, fashion: see above")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="digits: seeds per configuration")
     parser.add_argument("--parallel", type=int, default=1, help="digits: training runs side by side")
-    parser.add_argument("--recipes", nargs="+", default=["shipped"], help="fashion: names from RECIPES")
+    parser.add_argument("--recipes", nargs="+", default=["shipped"],
+                        help="digits, fashion: RECIPES or OPTIONS names, joined by +")
     parser.add_argument("--budget", type=float, default=2.5, help="fashion --stage select: minutes per recipe")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="digits, fashion: config overrides for every training run, e.g. trainer.max_epochs=20")
@@ -118,39 +123,49 @@ def digits_protocol(positions: list[str], args: argparse.Namespace) -> None:
     """Selection on the validation images or a report over seeds (test scored once); appends to ``args.out``."""
     from concurrent.futures import ThreadPoolExecutor
 
+    configs = ["image_classification.yaml"]
+    _check_recipes(args)
     if args.stage == "report" and len(positions) != 1:
         raise SystemExit("error: --positions: --stage report takes the one scheme chosen by --stage select")
     seeds = args.seeds[:1] if args.stage == "select" else args.seeds
-    jobs = [{**_train_job(["image_classification.yaml"], position, args.threads), "seed": seed,
-             "test": args.stage == "report", "extra": _overrides(args.set)}
-            for position in positions for seed in seeds]  # fmt: skip
+    runs = [(position, recipe, seed) for position in positions for recipe in args.recipes for seed in seeds]
+    jobs = [{**_train_job(configs, position, args.threads), "seed": seed, "test": args.stage == "report",
+             "extra": recipe_arguments(configs, recipe) + _overrides(args.set)}
+            for position, recipe, seed in runs]  # fmt: skip
     if args.stage == "report" and not any(r["stage"] == "svc" for r in load(args.out)):
         record(args.out, _run({"kind": "svc", "threads": args.threads}), "svc")
     with ThreadPoolExecutor(args.parallel) as pool:
-        for job, result in zip(jobs, pool.map(_run, jobs), strict=True):
-            record(args.out, {"position": job["position"], "seed": job["seed"], **result}, args.stage)
+        for (position, recipe, seed), result in zip(runs, pool.map(_run, jobs), strict=True):
+            row = {"position": position, "recipe": recipe, "seed": seed, **result}
+            record(args.out, row, args.stage)
+            print(json.dumps(row), flush=True)
     print(digits_protocol_tables(load(args.out)))
 
 
 def digits_protocol_tables(results: list[dict]) -> str:
     """The selection (validation accuracy) and report (mean ± sd, test) tables of the digits protocol."""
     lines = ["Selection on the 180 validation images (final weights):", "",
-             "| position | seed | validation accuracy | train time (s) |", "|---|---:|---:|---:|"]  # fmt: skip
+             "| position | recipe | seed | validation accuracy | train time (s) |", "|---|---|---:|---:|---:|"]  # fmt: skip
     for r in (r for r in results if r["stage"] == "select"):
-        lines.append(f"| {r['position']} | {r['seed']} | {r['val_acc']:.4f} | {r['fit_s']:.0f} |")
+        lines.append(f"| {r['position']} | {r.get('recipe', 'shipped')} | {r['seed']} | {r['val_acc']:.4f} "
+                     f"| {r['fit_s']:.0f} |")  # fmt: skip
     report = [r for r in results if r["stage"] == "report"]
     if report:
         svc = next((r for r in results if r["stage"] == "svc"), None)
-        accuracies = [r["test_acc"] for r in report]
         lines += ["", "Report on the 360 test images:", "",
                   "| model | seeds | validation accuracy | test accuracy |", "|---|---:|---:|---:|"]  # fmt: skip
         if svc:
             lines.append(f"| scikit-learn SVC(gamma=0.001) | - | - | {svc['test_acc']:.4f} |")
-        lines.append(f"| ViT, {report[0]['position']} positions | {len(report)} | "
-                     f"{spread([r['val_acc'] for r in report])} | {spread(accuracies)} |")  # fmt: skip
-        if svc:
-            lines.append(f"\nViT >= SVC ({svc['test_acc']:.4f}): "
-                         f"{verdict(accuracies, svc['test_acc'], lower_is_better=False)}")  # fmt: skip
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for r in report:
+            groups.setdefault((r["position"], r.get("recipe", "shipped")), []).append(r)
+        for (position, recipe), runs in groups.items():
+            accuracies = [r["test_acc"] for r in runs]
+            lines.append(f"| ViT, {position} positions, {recipe} | {len(runs)} | "
+                         f"{spread([r['val_acc'] for r in runs])} | {spread(accuracies)} |")  # fmt: skip
+            if svc:
+                lines.append(f"\nViT ({recipe}) >= SVC ({svc['test_acc']:.4f}): "
+                             f"{verdict(accuracies, svc['test_acc'], lower_is_better=False)}\n")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -165,20 +180,63 @@ RECIPES = {
 }
 """Fashion-MNIST recipes: command-line overrides of the shipped configs."""
 
+OPTIONS: dict[str, dict] = {
+    "randaugment": {"augment": [{"name": "RandAugment", "num_ops": 2, "magnitude": 9}]},
+    "trivialaugment": {"augment": [{"name": "TrivialAugmentWide"}]},
+    "erasing": {"augment": [{"name": "RandomErasing", "p": 0.25}]},
+    "mixup": {"args": ["--model.init_args.mixup_alpha=0.8", "--model.init_args.cutmix_alpha=1.0"]},
+    "drop path": {"args": ["--model.init_args.model.drop_path=0.1"]},
+    "ema": {"callbacks": [{"class_path": "pytorch_lightning.callbacks.EMAWeightAveraging",
+                           "init_args": {"decay": 0.999}}]},
+}  # fmt: skip
+"""The ViT training-recipe options (docs/image_classification.md), at DeiT's settings where it has one:
+augmentation appended to the config's list (training images only), MixUp 0.8 / CutMix 1.0 (one of the
+two per batch), stochastic depth 0.1, an EMA of the weights (decay 0.999) that the final scores use."""
+
+
+def recipe_arguments(configs: list[str], recipe: str) -> list[str]:
+    """Command-line overrides of ``configs`` for ``recipe``: names of RECIPES or OPTIONS joined by ``+``."""
+    import yaml
+
+    arguments: list[str] = []
+    augmentation: list[dict] = []
+    callbacks: list[dict] = []
+    for name in recipe.split("+"):
+        if name in RECIPES:
+            arguments += RECIPES[name]
+        else:
+            option = OPTIONS[name]
+            arguments += option.get("args", [])
+            augmentation += option.get("augment", [])
+            callbacks += option.get("callbacks", [])
+    if augmentation:
+        base: list[dict] = []
+        for config in configs:  # later configs override earlier ones, as on the command line
+            data = (yaml.safe_load((CONFIGS / config).read_text()) or {}).get("data") or {}
+            base = (data.get("init_args") or {}).get("augmentation", base) or []
+        arguments.append(f"--data.init_args.augmentation={json.dumps(base + augmentation)}")
+    if callbacks:  # after the worker's --trainer.callbacks=[]
+        arguments.append(f"--trainer.callbacks={json.dumps(callbacks)}")
+    return arguments
+
+
+def _check_recipes(args: argparse.Namespace) -> None:
+    unknown = [name for recipe in args.recipes for name in recipe.split("+") if name not in {*RECIPES, *OPTIONS}]
+    if unknown:
+        raise SystemExit(f"error: --recipes: unknown {unknown}; known: {[*RECIPES, *OPTIONS]}")
+    if args.stage == "report" and len(args.recipes) != 1:
+        raise SystemExit("error: --recipes: --stage report takes the one recipe chosen by --stage select")
+
 FASHION_CONFIGS = ["image_classification.yaml", "image_classification_fashion_mnist.yaml"]
 
 
 def fashion_protocol(args: argparse.Namespace) -> None:
     """Recipes scored on the validation images at a short budget, or the chosen one over seeds (test once)."""
-    unknown = [name for name in args.recipes if name not in RECIPES]
-    if unknown:
-        raise SystemExit(f"error: --recipes: unknown {unknown}; known: {list(RECIPES)}")
-    if args.stage == "report" and len(args.recipes) != 1:
-        raise SystemExit("error: --recipes: --stage report takes the one recipe chosen by --stage select")
+    _check_recipes(args)
     seeds = args.seeds[:1] if args.stage == "select" else args.seeds
     for seed in seeds:
         for name in args.recipes:
-            extra = list(RECIPES[name]) + _overrides(args.set)
+            extra = recipe_arguments(FASHION_CONFIGS, name) + _overrides(args.set)
             if args.stage == "select":
                 minutes = int(args.budget * 60)
                 extra.append(f"--trainer.max_time=00:00:{minutes // 60:02d}:{minutes % 60:02d}")

@@ -90,9 +90,10 @@ def test_vit_quality_digits_selects_on_validation_and_reports_test_against_the_s
     out = tmp_path / "vit_digits.jsonl"
     tiny = ["--sections", "digits", "--threads", "1", "--out", str(out), "--set", "trainer.max_epochs=1",
             "model.init_args.model.dim=16", "model.init_args.model.num_layers=1", "model.init_args.model.ff_dim=32"]  # fmt: skip
-    _run("vit_quality.py", *tiny, "--positions", "learned", "relative2d")  # --stage select is the default
-    selected = _rows(out)
-    assert sorted(r["position"] for r in selected) == ["learned", "relative2d"]
+    _run("vit_quality.py", *tiny, "--positions", "learned", "relative2d", "--recipes", "shipped", "erasing+ema")
+    selected = _rows(out)  # --stage select is the default
+    assert sorted((r["position"], r["recipe"]) for r in selected) == [
+        ("learned", "erasing+ema"), ("learned", "shipped"), ("relative2d", "erasing+ema"), ("relative2d", "shipped")]
     assert all(r["stage"] == "select" and "test_acc" not in r and 0 <= r["val_acc"] <= 1 for r in selected)
 
     _run("vit_quality.py", *tiny, "--stage", "report", "--positions", "learned", "--seeds", "0", "1")
@@ -101,7 +102,48 @@ def test_vit_quality_digits_selects_on_validation_and_reports_test_against_the_s
     assert svc["test_acc"] > 0.95  # scikit-learn's example classifier on our split
     reported = [r for r in rows if r["stage"] == "report"]
     assert [r["seed"] for r in reported] == [0, 1] and all(0 <= r["test_acc"] <= 1 for r in reported)
-    assert "ViT >= SVC" in _run("vit_quality.py", "--table", "--out", str(out))
+    assert "ViT (shipped) >= SVC" in _run("vit_quality.py", "--table", "--out", str(out))
+
+
+def test_vit_recipe_options_reach_the_model_the_data_and_the_trainer(tmp_path, monkeypatch):
+    """Each option of benchmarks/vit_quality.py's recipes changes what the Lightning CLI builds, on top of the config."""
+    from pytorch_lightning.callbacks import EMAWeightAveraging
+    from torchvision.transforms import v2
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vit_quality
+
+    from tasks.cli import MultimodalCLI
+    from tasks.image_classification import ImageClassification
+
+    monkeypatch.chdir(tmp_path)
+    configs = ["image_classification.yaml"]
+
+    def build(recipe: str) -> MultimodalCLI:
+        args = ["--config", str(ROOT / "configs" / configs[0]), "--trainer.logger=false", "--trainer.callbacks=[]",
+                *vit_quality.recipe_arguments(configs, recipe)]  # fmt: skip
+        return MultimodalCLI(args, data_links=ImageClassification.data_links, run=False)
+
+    def names(split) -> list[str]:
+        def walk(transform):
+            inner = transform.transforms if isinstance(transform, v2.Compose) else [transform]
+            return [name for t in inner for name in (walk(t) if isinstance(t, v2.Compose) else [type(t).__name__])]
+
+        return walk(split.transform)
+
+    shipped = build("shipped")
+    assert shipped.model._batch_mix is None and shipped.model.config.drop_path == 0
+    assert not any(isinstance(c, EMAWeightAveraging) for c in shipped.trainer.callbacks)
+    cli = build("trivialaugment+erasing+mixup+drop path+ema")
+    mixers = cli.model._batch_mix.transforms
+    assert sorted((type(m).__name__, m.alpha) for m in mixers) == [("CutMix", 1.0), ("MixUp", 0.8)]
+    assert cli.model.config.drop_path == 0.1
+    assert [c.__class__ for c in cli.trainer.callbacks if isinstance(c, EMAWeightAveraging)] == [EMAWeightAveraging]
+    train = names(cli.datamodule.split("train"))
+    # the config's own augmentation stays first; the recipe's follow it, before the conversion to float
+    assert train.index("RandomAffine") < train.index("TrivialAugmentWide") < train.index("RandomErasing")
+    assert train.index("RandomErasing") < train.index("ToDtype")
+    assert "TrivialAugmentWide" not in names(cli.datamodule.split("val"))
 
 
 @pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
