@@ -289,3 +289,34 @@ def test_transcription_selects_on_validation_and_reports_test(tmp_path, monkeypa
     assert [(r["stage"], r["split"]) for r in rows] == [("select", "val"), ("report", "test")]
     assert all(0 <= r["onset_f1"] <= 1 and r["audio_per_second"] > 0 and r["steps"] > 0 for r in rows)
     assert "| ours |" in _run("transcription.py", "--table", "--out", str(out))
+
+
+@pytest.mark.slow  # about a minute on 2 cores: `make test-all` runs it
+@pytest.mark.skipif(
+    not (Path.home() / ".cache" / "multimodal" / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte").is_file()
+    or "MULTIMODAL_CACHE" in os.environ,
+    reason="Fashion-MNIST not fetched (multimodal data fashion-mnist)",
+)
+def test_class_conditional_scores_samples_with_the_trained_classifier(tmp_path):
+    out, work, grid = tmp_path / "cas.jsonl", tmp_path / "work", tmp_path / "grid.png"
+    common = ["--out", str(out), "--work", str(work), "--levels", "8", "--test-images", "50"]
+    tiny = ["model.init_args.model.dim=16", "model.init_args.model.num_layers=1", "model.init_args.model.ff_dim=32"]
+    _run("class_conditional.py", *common, "--stage", "classifier", "--classifier-set", *tiny, "trainer.devices=1",
+         "trainer.strategy=auto", "trainer.max_steps=60", "trainer.val_check_interval=30",
+         "trainer.limit_val_batches=2")  # fmt: skip
+    classifier = _rows(out)[0]
+    assert classifier["stage"] == "classifier" and 0 <= classifier["test_acc_quantised"] <= 1
+    assert classifier["test_acc"] > 0.3  # 60 steps of 64 images are far above chance (0.1)
+    _run("class_conditional.py", *common, "--seeds", "0", "--minutes", "0.15", "--per-class", "2", "--grid", str(grid),
+         "--set", *tiny, "model.init_args.model.num_heads=2")  # fmt: skip
+    report = _rows(out)[1]
+    assert report["stage"] == "report" and report["samples"] == 20 and report["steps"] > 0
+    assert len(report["per_class"]) == 10 and math.isfinite(report["test_bpd"]) and 0 < report["test_bpd"] < 4
+    # two samples per class: each class scores 0, 1/2 or 1, and the overall score is their mean
+    assert set(report["per_class"].values()) <= {0.0, 0.5, 1.0}
+    assert report["cas"] == pytest.approx(sum(report["per_class"].values()) / 10)
+    from PIL import Image
+
+    width, height = Image.open(grid).size
+    assert 4.5 * width < height < 5.5 * width  # one row per class: ten rows of two samples
+    assert "CAS >= 0.70" in _run("class_conditional.py", "--table", "--out", str(out))
