@@ -53,17 +53,22 @@ def test_configs_name_the_tasks_and_link_image_sizes_from_the_data():
 
 
 @pytest.mark.parametrize(
-    "extra,task",
+    "extras,task",
     [
-        ("image_generation_fashion_mnist.yaml", ImageGeneration),
-        ("super_resolution_autoregressive.yaml", AutoregressiveSuperResolution),
+        (["image_generation_fashion_mnist.yaml"], ImageGeneration),
+        (["image_generation_fashion_mnist.yaml", "image_generation_fashion_mnist_conditional.yaml"], ImageGeneration),
+        (["super_resolution_autoregressive.yaml"], AutoregressiveSuperResolution),
     ],
 )
-def test_shipped_override_configs_parse_and_build(extra, task):
+def test_shipped_override_configs_parse_and_build(extras, task):
     base = "image_generation.yaml" if task is ImageGeneration else "super_resolution.yaml"
-    args = ["--config", str(CONFIGS / base), "--config", str(CONFIGS / extra)]
+    args = [argument for name in [base, *extras] for argument in ("--config", str(CONFIGS / name))]
     cli = MultimodalCLI(args, data_links=task.data_links, run=False)
     assert isinstance(cli.model, task) and cli.model.config.attention == "local2d"
+    if "image_generation_fashion_mnist_conditional.yaml" in extras:
+        config = cli.model.config
+        assert config.class_conditional and (config.num_levels, config.num_classes, config.dim) == (16, 10, 64)
+        assert not any("EMAWeightAveraging" in type(c).__name__ for c in cli.trainer.callbacks)
 
 
 def test_image_generation_fit_reload_and_generate(tmp_path):
