@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from protocol import load, record, spread, verdict
+from protocol import grouped, load, record, spread, verdict
 
 from multimodal.images import classification_accuracy_score
 
@@ -186,17 +186,15 @@ def tables(results: list[dict]) -> str:
         lines.append(f"| ViT, shipped Fashion-MNIST recipe | {r['test_acc']:.4f} | "
                      f"{r['test_acc_quantised']:.4f} ({r['levels']} levels) |")  # fmt: skip
     report = [r for r in results if r["stage"] == "report"]
-    groups: dict[tuple, list[dict]] = {}
-    for r in report:
-        groups.setdefault((r["levels"], r["minutes"]), []).append(r)
+    groups = grouped([{**r, "model": f"{r['levels']} levels, {r['minutes']:g} min"} for r in report])
     if groups:
         lines += ["", "| generator | seeds | steps | test bits/dim | **CAS** | weakest class |",
                   "|---|---:|---:|---:|---:|---|"]  # fmt: skip
-    for (levels, minutes), runs in groups.items():
+    for model, runs in groups.items():
         per_class = {name: statistics.fmean(r["per_class"][name] for r in runs) for name in runs[0]["per_class"]}
         weakest = min(per_class, key=per_class.get)
         cas = [r["cas"] for r in runs]
-        lines.append(f"| Image Transformer, {levels} levels, {minutes:g} min | {len(runs)} | "
+        lines.append(f"| Image Transformer, {model} | {len(runs)} | "
                      f"{spread([float(r['steps']) for r in runs], 0)} | {spread([r['test_bpd'] for r in runs], 3)} | "
                      f"{spread(cas, 3)} | {weakest} {per_class[weakest]:.2f} |")  # fmt: skip
         lines.append(f"\nCAS >= {TARGET_CAS:.2f}: {verdict(cas, TARGET_CAS, lower_is_better=False)}\n")

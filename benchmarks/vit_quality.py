@@ -57,7 +57,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from protocol import load, record, spread, verdict
+from protocol import grouped, load, record, spread, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -156,12 +156,11 @@ def digits_protocol_tables(results: list[dict]) -> str:
                   "| model | seeds | validation accuracy | test accuracy |", "|---|---:|---:|---:|"]  # fmt: skip
         if svc:
             lines.append(f"| scikit-learn SVC(gamma=0.001) | - | - | {svc['test_acc']:.4f} |")
-        groups: dict[tuple[str, str], list[dict]] = {}
-        for r in report:
-            groups.setdefault((r["position"], r.get("recipe", "shipped")), []).append(r)
-        for (position, recipe), runs in groups.items():
+        named = [{**r, "model": f"{r['position']} positions, {r.get('recipe', 'shipped')}"} for r in report]
+        for model, runs in grouped(named).items():
+            recipe = runs[0].get("recipe", "shipped")
             accuracies = [r["test_acc"] for r in runs]
-            lines.append(f"| ViT, {position} positions, {recipe} | {len(runs)} | "
+            lines.append(f"| ViT, {model} | {len(runs)} | "
                          f"{spread([r['val_acc'] for r in runs])} | {spread(accuracies)} |")  # fmt: skip
             if svc:
                 lines.append(f"\nViT ({recipe}) >= SVC ({svc['test_acc']:.4f}): "
