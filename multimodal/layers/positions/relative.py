@@ -14,7 +14,10 @@ goes one step further so that training memory grows linearly in ``seq_len``:
   and the skew is a zero-copy ``as_strided`` view of that band — row ``a`` starts one column
   further left than row ``a - 1``;
 * a hand-written backward recomputes each block's probabilities instead of storing them (as flash
-  attention does), so only ``q, k, v, out`` and the embeddings are kept for the backward pass;
+  attention does), so only ``q, k, v, out``, the rows' log-sum-exps and the embeddings are kept
+  for the backward pass; probabilities are then one ``exp(logit - lse)`` away;
+* a causal table gets ``block_size - 1`` rows of zeros for the (masked) later distances a block's
+  band touches, so every unclipped band reads, and writes its gradient to, a slice of the table;
 * in causal attention a query block only ever touches the keys up to its last query, which halves
   the work.
 
@@ -39,6 +42,9 @@ from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
 from multimodal.layers.positions.relative_flex import FLEX_BAND_MAX_BYTES, band_bytes, flex_relative_attention
 
 Backend = Literal["auto", "skew", "flex"]
+
+# SDPA's fused CPU kernel, called directly because it also returns the rows' log-sum-exps.
+_cpu_flash_attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 
 class RelativePositionEmbedding(AttentionPosition):
@@ -194,6 +200,14 @@ class _RelativeAttention(torch.autograd.Function):
         scale = 1.0 / math.sqrt(q.shape[-1])
         q_scaled = q * scale
         out = torch.empty_like(q)
+        # The row log-sum-exps let the backward turn logits into probabilities with one exp
+        # (no max and sum passes); kept where the fused CPU kernel returns them and no padding
+        # can leave a row without keys.
+        keep_lse = q.device.type == "cpu" and settings.dropout_p == 0 and key_padding_mask is None
+        lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if keep_lse else None
+        ctx.save_for_backward(q, k, v, table, key_padding_mask, out, lse)
+        ctx.settings = settings
+        table = _with_future_rows(table, settings)
         for block in _blocks(q.shape[-2], k.shape[-2], settings):
             keys = slice(0, block.num_keys)
             if settings.dropout_p > 0:
@@ -203,20 +217,25 @@ class _RelativeAttention(torch.autograd.Function):
             else:
                 # The fused kernel adds the relative logits as a float bias: fastest without dropout.
                 bias = _block_bias(q_scaled, table, key_padding_mask, block, settings)
-                out[..., block.rows, :] = F.scaled_dot_product_attention(
-                    q[..., block.rows, :], k[..., keys, :], v[..., keys, :], attn_mask=bias
-                )
-        ctx.save_for_backward(q, k, v, table, key_padding_mask, out)
-        ctx.settings = settings
+                q_block, k_block, v_block = q[..., block.rows, :], k[..., keys, :], v[..., keys, :]
+                if lse is None:
+                    out[..., block.rows, :] = F.scaled_dot_product_attention(
+                        q_block, k_block, v_block, attn_mask=bias
+                    )
+                else:
+                    out[..., block.rows, :], lse[..., block.rows] = _cpu_flash_attention(
+                        q_block, k_block, v_block, 0.0, False, attn_mask=bias
+                    )
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        q, k, v, table, key_padding_mask, out = ctx.saved_tensors
+        q, k, v, table, key_padding_mask, out, lse = ctx.saved_tensors
         settings: _Settings = ctx.settings
         # Under autocast the forward's products ran in q's dtype (bf16, fp16); the backward runs
         # outside autocast, so the float32 table is cast here; its gradient is summed in float32.
-        table_dtype, table = table.dtype, table.to(q.dtype)
+        table_dtype, num_distances = table.dtype, table.shape[1]
+        table = _with_future_rows(table.to(q.dtype), settings)
         scale = 1.0 / math.sqrt(q.shape[-1])
         q_scaled = q * scale
         grad_out = grad_out.to(q.dtype).contiguous()
@@ -227,7 +246,8 @@ class _RelativeAttention(torch.autograd.Function):
         grad_v = torch.zeros_like(v)
         grad_table = torch.zeros_like(table, dtype=table_dtype)  # summed over blocks in the table's precision
         for block in _blocks(q.shape[-2], k.shape[-2], settings):
-            probs, band_rows = _block_probs(q_scaled, k, table, key_padding_mask, block, settings)
+            block_lse = None if lse is None else lse[..., block.rows, None]
+            probs, band_rows = _block_probs(q_scaled, k, table, key_padding_mask, block, settings, block_lse)
             keep = _dropout_keep(probs, block, settings)
             keys = slice(0, block.num_keys)
             q_block = q_scaled[..., block.rows, :]  # (b, h, q, d)
@@ -240,12 +260,15 @@ class _RelativeAttention(torch.autograd.Function):
             grad_logits = grad_probs.sub_(row_dot[..., block.rows, :]).mul_(probs)  # (b, h, q, k)
             grad_k[..., keys, :] += grad_logits.transpose(-1, -2) @ q_block
             grad_q_block = grad_logits @ k[..., keys, :]
-            grad_band = torch.zeros(*grad_logits.shape[:-1], band_rows.numel(), dtype=q.dtype, device=q.device)
-            _skew(grad_band, block.num_keys).copy_(grad_logits)
+            grad_band = _unskew(grad_logits, block)
             grad_q_block += grad_band @ table[:, band_rows]
-            grad_table.index_add_(1, band_rows, torch.einsum("bhqw,bhqd->hwd", grad_band, q_block).to(table_dtype))
+            grad_band_table = torch.einsum("bhqw,bhqd->hwd", grad_band, q_block).to(table_dtype)
+            if isinstance(band_rows, slice):
+                grad_table[:, band_rows] += grad_band_table
+            else:
+                grad_table.index_add_(1, band_rows, grad_band_table)
             grad_q[..., block.rows, :] = grad_q_block * scale
-        return grad_q, grad_k, grad_v, grad_table, None, None
+        return grad_q, grad_k, grad_v, grad_table[:, :num_distances], None, None
 
 
 class _Block:
@@ -259,6 +282,18 @@ class _Block:
         self.index = start
 
 
+def _with_future_rows(table: Tensor, settings: _Settings) -> Tensor:
+    """A causal table ``(h, n, d)`` with ``block_size - 1`` zero rows appended for distances ``1 .. block_size - 1``.
+
+    A causal block's band reaches those distances (keys after a query, masked afterwards): with
+    rows for them every unclipped band is a slice of the table, read and written back through views
+    instead of gathered and scattered per block.
+    """
+    if not settings.causal:
+        return table
+    return F.pad(table, (0, 0, 0, settings.block_size - 1))
+
+
 def _blocks(q_len: int, k_len: int, settings: _Settings):
     """Yields the query blocks; a causal block sees keys up to its last query only."""
     for start in range(0, q_len, settings.block_size):
@@ -268,14 +303,21 @@ def _blocks(q_len: int, k_len: int, settings: _Settings):
         yield _Block(start, stop, num_keys, position)
 
 
-def _block_probs(q_scaled, k, table, key_padding_mask, block: _Block, settings: _Settings):
-    """Attention probabilities of one query block ``(b, h, block, keys)`` and its band's table rows."""
+def _block_probs(
+    q_scaled, k, table, key_padding_mask, block: _Block, settings: _Settings, lse: Tensor | None = None
+):
+    """Attention probabilities of one query block ``(b, h, block, keys)`` and its band's table rows.
+
+    ``lse``: the rows' log-sum-exps ``(b, h, block, 1)`` from the forward, if it kept them.
+    """
     q_block = q_scaled[..., block.rows, :]  # (b, h, q, d)
     band, band_rows = _band(q_block, table, block, settings)
     logits = q_block @ k[..., : block.num_keys, :].transpose(-1, -2)  # (b, h, q, k)
     logits += _skew(band, block.num_keys)
     _mask_(logits, key_padding_mask, block, settings)
-    return torch.softmax(logits, dim=-1), band_rows
+    if lse is None:
+        return torch.softmax(logits, dim=-1), band_rows
+    return logits.sub_(lse).exp_(), band_rows
 
 
 def _block_bias(q_scaled, table, key_padding_mask, block: _Block, settings: _Settings) -> Tensor:
@@ -290,16 +332,22 @@ def _block_bias(q_scaled, table, key_padding_mask, block: _Block, settings: _Set
     return bias
 
 
-def _band(q_block: Tensor, table: Tensor, block: _Block, settings: _Settings) -> tuple[Tensor, Tensor]:
-    """Relative logits ``(b, h, q, w)`` of every distance the block needs, and their table rows ``(w,)``."""
+def _band(
+    q_block: Tensor, table: Tensor, block: _Block, settings: _Settings
+) -> tuple[Tensor, slice | Tensor]:
+    """Relative logits ``(b, h, q, w)`` of every distance the block needs, and their table rows.
+
+    The rows are a ``slice`` when no distance is clipped (the table is then read and its gradient
+    written through views), else an index ``(w,)``.
+    """
     # Distances from (first key - last query) to (last key - first query).
     lowest, highest = -(block.position + block.size - 1), block.num_keys - 1 - block.position
-    upper = 0 if settings.causal else settings.max_distance
+    upper = table.shape[1] - 1 - settings.max_distance  # the farthest later distance the table has a row for
     if -settings.max_distance <= lowest and highest <= upper:
         # No distance is clipped: the rows are a contiguous range, a view instead of a gather.
         start = lowest + settings.max_distance
-        band_rows = torch.arange(start, start + highest - lowest + 1, device=q_block.device)
-        embeddings = table[:, start : start + highest - lowest + 1]
+        band_rows = slice(start, start + highest - lowest + 1)
+        embeddings = table[:, band_rows]
     else:
         distances = torch.arange(lowest, highest + 1, device=q_block.device)
         band_rows = distances.clamp(-settings.max_distance, upper) + settings.max_distance
@@ -339,6 +387,20 @@ def _skew(band: Tensor, num_keys: int) -> Tensor:
     stride = list(band.stride())
     stride[-2] = width - 1
     return band.as_strided((*lead, rows, num_keys), stride, band.storage_offset() + rows - 1)
+
+
+def _unskew(grad_logits: Tensor, block: _Block) -> Tensor:
+    """The band ``(..., q, keys + q - 1)`` whose skewed view is ``grad_logits`` ``(..., q, keys)``; zero elsewhere.
+
+    Only the first and last ``q - 1`` columns hold entries outside the view (row ``a`` covers
+    columns ``q - 1 - a .. q - 2 - a + keys``): those are zeroed, the rest is written once.
+    """
+    rows, num_keys = grad_logits.shape[-2:]
+    band = grad_logits.new_empty(*grad_logits.shape[:-1], num_keys + rows - 1)
+    band[..., : rows - 1].zero_()
+    band[..., num_keys:].zero_()
+    _skew(band, num_keys).copy_(grad_logits)
+    return band
 
 
 def _check_shapes(q, k, v, causal, query_offset, key_padding_mask) -> None:
