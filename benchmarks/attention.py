@@ -9,6 +9,11 @@ Modes:
     forward  forward only, no autograd (inference / scoring)
     decode   one new query against ``seq_len`` cached keys (a step of cached generation)
 
+``--taking-turns``: each (seq_len, mode) runs all implementations in one process instead, one
+call of each per round, best of ``--repeats`` rounds — the ratios then come from calls seconds
+apart, so a machine whose speed drifts between processes (this VM's moves by tens of percent
+within minutes) moves peer and contender together; no memory column then.
+
 Implementations: ``sdpa`` (causal SDPA, no positions: the peer), ``ours`` (relative, the skewed
 kernel), ``naive_shaw`` and ``plain_skew`` (the two classic ways of computing it), ``rotary``
 (q and k turned, then causal SDPA), ``alibi`` (query-blocked SDPA with the distance bias), and
@@ -19,6 +24,8 @@ Usage::
     python benchmarks/attention.py                       # the relative table of docs/benchmarks.md
     python benchmarks/attention.py --implementations sdpa rotary alibi --lengths 512 1024 2048 4096
     python benchmarks/attention.py --implementations sdpa ours_b32 ours_b64 ours_b128 ours_b256 --modes train
+    python benchmarks/attention.py --implementations sdpa ours --lengths 1024 2048 4096 --modes train forward \
+        --repeats 10 --taking-turns
 """
 
 from __future__ import annotations
@@ -31,34 +38,53 @@ import subprocess
 import sys
 import time
 
-IMPLEMENTATIONS = ["sdpa", "naive_shaw", "plain_skew", "ours"]  # the default table; also rotary, alibi, ours_b{N}
+IMPLEMENTATIONS = [
+    "sdpa",
+    "naive_shaw",
+    "plain_skew",
+    "ours",
+]  # the default table; also rotary, alibi, ours_b{N}
 NAIVE_LIMIT_BYTES = 8 * 2**30  # naive Shaw materialises (heads, L, L, head_dim): skip when larger
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
     parser.add_argument("--modes", nargs="+", default=["train", "forward", "decode"])
     parser.add_argument("--implementations", nargs="+", default=IMPLEMENTATIONS)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--taking-turns", action="store_true", help="all implementations in one process, in turns"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(_measure(**json.loads(args.worker))))
+        job = json.loads(args.worker)
+        print(json.dumps(_measure_in_turns(**job) if "names" in job else _measure(**job)))
         return
     for mode in args.modes:
         rows = {}
         for length in args.lengths:
+            if args.taking_turns:
+                job = dict(names=args.implementations, length=length, mode=mode, repeats=args.repeats)
+                turns = _run_fresh(job)
+                for name in args.implementations:  # a skipped one, or all of them when the process failed
+                    rows[length, name] = turns.get(name) or _skip({**job, "name": name}) or turns
+                continue
             for name in args.implementations:
-                rows[length, name] = _run_fresh(dict(name=name, length=length, mode=mode, repeats=args.repeats))
+                rows[length, name] = _run_fresh(
+                    dict(name=name, length=length, mode=mode, repeats=args.repeats)
+                )
         _print_table(mode, args.lengths, args.implementations, rows)
 
 
 def _run_fresh(job: dict) -> dict:
-    if job["name"] == "naive_shaw" and 8 * job["length"] ** 2 * 32 * 4 * 3 > NAIVE_LIMIT_BYTES:
-        return {"skipped": "needs > 8 GiB"}
-    if job["mode"] == "decode" and (job["name"] in ("naive_shaw", "plain_skew") or job["name"].startswith("ours_b")):
-        return {"skipped": "n/a"}
+    if "names" in job:  # taking turns: the skipped ones are left out of the round
+        job = {**job, "names": [n for n in job["names"] if "skipped" not in _skip({**job, "name": n})]}
+    elif "skipped" in _skip(job):
+        return _skip(job)
     result = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True, text=True, check=False
     )
@@ -67,7 +93,39 @@ def _run_fresh(job: dict) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _skip(job: dict) -> dict:
+    """``{"skipped": why}`` for a job that does not run (too large, or no such mode), else ``{}``."""
+    if job["name"] == "naive_shaw" and 8 * job["length"] ** 2 * 32 * 4 * 3 > NAIVE_LIMIT_BYTES:
+        return {"skipped": "needs > 8 GiB"}
+    if job["mode"] == "decode" and (
+        job["name"] in ("naive_shaw", "plain_skew") or job["name"].startswith("ours_b")
+    ):
+        return {"skipped": "n/a"}
+    return {}
+
+
 def _measure(name: str, length: int, mode: str, repeats: int) -> dict:
+    step = _steps([name], length, mode)[name]
+    baseline = _rss_peak_mb()
+    step()
+    extra = _rss_peak_mb() - baseline
+    return {"ms": 1000 * min(_seconds(step) for _ in range(repeats)), "extra_mb": max(extra, 0.0)}
+
+
+def _measure_in_turns(names: list[str], length: int, mode: str, repeats: int) -> dict:
+    """Every implementation over the same inputs, one call each per round after a warm-up round; best of ``repeats``."""
+    steps = _steps(names, length, mode)
+    for step in steps.values():
+        step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            times[name].append(_seconds(step))
+    return {name: {"ms": 1000 * min(seconds), "extra_mb": None} for name, seconds in times.items()}
+
+
+def _steps(names: list[str], length: int, mode: str) -> dict:
+    """A zero-argument step per implementation (forward, and backward when training) over shared inputs."""
     import torch
 
     torch.set_num_threads(2)
@@ -79,24 +137,24 @@ def _measure(name: str, length: int, mode: str, repeats: int) -> dict:
     k, v = (torch.randn(1, heads, length, head_dim, requires_grad=grad) for _ in range(2))
     table = _table(heads, head_dim, length)
     table.weight.requires_grad_(grad)
-    run = _implementation(name, table, query_offset=length - q_len)
 
-    def step():
-        if grad:
-            run(q, k, v).sum().backward()
-        else:
-            with torch.no_grad():
-                run(q, k, v)
+    def step_of(run):
+        def step():
+            if grad:
+                run(q, k, v).sum().backward()
+            else:
+                with torch.no_grad():
+                    run(q, k, v)
 
-    baseline = _rss_peak_mb()
+        return step
+
+    return {name: step_of(_implementation(name, table, query_offset=length - q_len)) for name in names}
+
+
+def _seconds(step) -> float:
+    start = time.perf_counter()
     step()
-    extra = _rss_peak_mb() - baseline
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return {"ms": 1000 * min(times), "extra_mb": max(extra, 0.0)}
+    return time.perf_counter() - start
 
 
 def _table(heads: int, head_dim: int, length: int):
@@ -175,8 +233,13 @@ def _print_table(mode: str, lengths, names, rows) -> None:
                 cells += [row["skipped"], ""]
                 continue
             time_ratio = f" ({row['ms'] / base['ms']:.2f}×)" if base and "ms" in base else ""
+            if row["extra_mb"] is None:  # taking turns: one process, no memory of its own
+                cells += [f"{row['ms']:.1f}{time_ratio}", "—"]
+                continue
             memory_ratio = (
-                f" ({row['extra_mb'] / base['extra_mb']:.1f}×)" if base and base.get("extra_mb", 0) > 1 else ""
+                f" ({row['extra_mb'] / base['extra_mb']:.1f}×)"
+                if base and (base.get("extra_mb") or 0) > 1
+                else ""
             )
             cells += [f"{row['ms']:.1f}{time_ratio}", f"{row['extra_mb']:.0f}{memory_ratio}"]
         print(f"| {length} | " + " | ".join(cells) + " |")
