@@ -15,7 +15,9 @@ recipe); ``test`` = moon, motorcycle, page (``SKIMAGE_TEST_PHOTOS``, used for no
 with ``--stage report``. Scores per photo: PSNR on RGB in ``[0, 1]`` over the whole image
 (torchmetrics) and PSNR on the luma channel with ``scale`` pixels shaved at each border, as SR
 papers report (:func:`multimodal.images.metrics.psnr_y`); the table gives each split's mean gain over
-bicubic, mean ± sd over seeds. Each run appends a JSON line to ``--out``.
+bicubic, mean ± sd over seeds. Each run appends a JSON line to ``--out``; report runs keep their
+weights in ``--models-dir``, from which ``--stage picture`` draws bicubic | CNN | Transformer |
+original on a crop of chelsea (``--seeds``' first seed).
 
 Usage (about 9 minutes a Transformer run and 4 a CNN run on one thread)::
 
@@ -64,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--stage", choices=["select", "report"], default="select")
+    parser.add_argument("--stage", choices=["select", "report", "picture"], default="select")
     parser.add_argument("--models", nargs="+", default=["transformer"], choices=["transformer", "cnn"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--config", type=Path, default=ROOT / "configs/super_resolution.yaml")
@@ -75,6 +77,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="model overrides, e.g. dim=96 num_layers=6")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "super_resolution.jsonl")
+    parser.add_argument("--models-dir", type=Path, default=ROOT / "outputs" / "super_resolution_models",
+                        help="report runs keep their weights here; --stage picture reads them")  # fmt: skip
     parser.add_argument("--table", action="store_true", help="print the tables of --out and stop")
     args = parser.parse_args()
     if args.table:
@@ -82,6 +86,9 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     config = yaml.safe_load(args.config.read_text())
+    if args.stage == "picture":
+        four_panels(args, config)
+        return
     splits = ["val"] if args.stage == "select" else ["val", "test"]
     for seed in args.seeds:
         for name in args.models:
@@ -106,9 +113,38 @@ def main() -> None:
                 print(f"{name} seed {seed} {split}: gain RGB {mean['gain_rgb']:+.2f} dB, Y {mean['gain_y']:+.2f} dB",
                       flush=True)  # fmt: skip
             record(args.out, result, args.stage)
+            if args.stage == "report":
+                args.models_dir.mkdir(parents=True, exist_ok=True)
+                torch.save(task.model.state_dict(), _weights_file(args, name, seed))
             if args.picture and seed == args.seeds[0]:
                 picture(*images["chelsea"], args.picture)
     print(tables(load(args.out)))
+
+
+def _weights_file(args: argparse.Namespace, name: str, seed: int) -> Path:
+    overrides = "".join(f"_{pair}" for pair in args.set)
+    return args.models_dir / f"{name}_x{args.scale}_e{args.epochs}_seed{seed}{overrides}.pt"
+
+
+def four_panels(args: argparse.Namespace, config: dict) -> None:
+    """Bicubic | CNN | Transformer | original on the chelsea crop, from the report runs' weights of ``--seeds[0]``."""
+    seed = args.seeds[0]
+    data = SuperResolutionDataModule(**{**config["data"]["init_args"], "scale": args.scale, "seed": seed})
+    transformer = build_task(config, data, args.set, args.lr).model
+    cnn = PlainCNN.matching(sum(p.numel() for p in transformer.parameters()), data)
+    panels = {}
+    for name, model in (("cnn", cnn), ("transformer", transformer)):
+        path = _weights_file(args, name, seed)
+        if not path.exists():
+            raise SystemExit(f"error: {path}: no weights; run --stage report --models {name} first")
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        images: dict = {}
+        score(model.eval(), ("chelsea",), data.channels, args.scale, images)
+        panels["bicubic"], panels[name], panels["original"] = images["chelsea"]
+    window = (slice(None), slice(60, 160), slice(150, 270))
+    side_by_side_png([(title, panels[key][window]) for title, key in
+                      (("bicubic", "bicubic"), ("CNN", "cnn"), ("Transformer", "transformer"), ("original", "original"))],
+                     args.picture or ROOT / "docs" / "images" / f"super_resolution_x{args.scale}_vs_cnn.png", pixel_scale=2)  # fmt: skip
 
 
 def score(model: nn.Module, names: tuple[str, ...], channels: int, scale: int, images: dict) -> list[dict]:

@@ -149,7 +149,8 @@ def test_vit_recipe_options_reach_the_model_the_data_and_the_trainer(tmp_path, m
 @pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_super_resolution_scores_validation_photos_in_select_and_test_photos_in_report(tmp_path):
     out = tmp_path / "super_resolution.jsonl"
-    tiny = ["--epochs", "1", "--set", "dim=16", "num_layers=1", "stem_channels=4", "--threads", "1", "--out", str(out)]
+    tiny = ["--epochs", "1", "--set", "dim=16", "num_layers=1", "stem_channels=4", "--threads", "1", "--out", str(out),
+            "--models-dir", str(tmp_path / "models")]  # fmt: skip
     _run("super_resolution.py", *tiny, "--stage", "select", "--models", "transformer")
     (selected,) = _rows(out)
     assert "test" not in selected and [p["photo"] for p in selected["val"]] == ["chelsea", "camera", "gravel"]
@@ -162,6 +163,18 @@ def test_super_resolution_scores_validation_photos_in_select_and_test_photos_in_
     assert abs(report["parameters"] - selected["parameters"]) <= 0.01 * selected["parameters"]
     for photo in report["test"]:  # bicubic's PSNR does not depend on the model
         assert math.isfinite(photo["ours_psnr"]) and 15 < photo["bicubic_psnr"] < 50
+
+    # The picture needs both report runs' weights: refused before the Transformer's exist, drawn after.
+    picture = tmp_path / "four.png"
+    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "super_resolution.py"), *tiny, "--stage",
+                              "picture", "--picture", str(picture)], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert refused.returncode != 0 and "transformer" in refused.stderr and not picture.exists()
+    _run("super_resolution.py", *tiny, "--stage", "report", "--models", "transformer")
+    _run("super_resolution.py", *tiny, "--stage", "picture", "--picture", str(picture))
+    from PIL import Image
+
+    width, height = Image.open(picture).size
+    assert width > 4 * 240 > height  # four 120-pixel-wide crops at twice the size, side by side
 
 
 def test_music_quality_selects_on_validation_and_reports_test(tmp_path):
