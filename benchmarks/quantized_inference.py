@@ -49,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = {"float32": (None, None), "int8": ("int8", None), "int8 + f16 cache": ("int8", "float16")}
+VARIANTS = {"float32": (None, None), "int8": ("int8", None), "int8 + f16 cache": ("int8", "float16"),
+            "float16": ("float16", None)}  # fmt: skip
 
 
 def main() -> None:
@@ -98,11 +99,11 @@ def main() -> None:
 
 # --------------------------------------------------------------------------- kernels
 def kernel_times(tiny: bool) -> dict:
-    """Microseconds per call of a linear layer in four ways, and of reading a KV cache in five."""
+    """Microseconds per call of a linear layer in five ways, and of reading a KV cache in five."""
     from text_generation import DIM, FF, VOCAB_SIZE
     from torch import nn
 
-    from multimodal.layers.quantize import Int8Linear, quantize_rows
+    from multimodal.layers.quantize import Float16Linear, Int8Linear, quantize_rows
 
     repeats = 20 if tiny else 300
     result: dict = {"linear": {}, "cache_read": {}}
@@ -113,6 +114,7 @@ def kernel_times(tiny: bool) -> dict:
         dynamic.set_weight_bias(torch.quantize_per_channel(weight, scales.double(), torch.zeros(outputs, dtype=torch.long),
                                                            0, torch.qint8), None)  # fmt: skip
         ours = Int8Linear.from_linear(nn.Linear(inputs, outputs, bias=False))
+        half = Float16Linear.from_linear(nn.Linear(inputs, outputs, bias=False))
         for rows in (1, 4, 8, 32):
             x = torch.randn(rows, inputs)
             calls = {
@@ -120,6 +122,7 @@ def kernel_times(tiny: bool) -> dict:
                 "int8 weight-only": lambda x=x, q=qweight, s=scales: torch.ops.aten._weight_int8pack_mm(x, q, s),
                 "ao dynamic int8": lambda x=x: dynamic(x),  # noqa: B023
                 "Int8Linear": lambda x=x: ours(x),  # noqa: B023
+                "Float16Linear": lambda x=x: half(x),  # noqa: B023
             }
             result["linear"][f"{name} {inputs}x{outputs}, {rows} rows"] = {
                 way: _microseconds(call, repeats) for way, call in calls.items()
@@ -416,10 +419,10 @@ def table(rows: list[dict]) -> str:
     lines = []
     for row in (r for r in rows if r.get("kind") == "kernels"):
         lines += [f"\nlinear layer, microseconds per call ({row['day']}, {row['threads']} threads)", "",
-                  "| shape | float32 | int8 weight-only | ao dynamic int8 | Int8Linear |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+                  "| shape | float32 | int8 weight-only | ao dynamic int8 | Int8Linear | Float16Linear |",
+                  "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
         lines += [f"| {shape} | {t['float32']:.1f} | {t['int8 weight-only']:.1f} | {t['ao dynamic int8']:.1f} | "
-                  f"{t['Int8Linear']:.1f} |" if "Int8Linear" in t else
-                  f"| {shape} | {t['float32']:.1f} | {t['int8 weight-only']:.1f} | {t['ao dynamic int8']:.1f} | — |"
+                  + " | ".join(f"{t[way]:.1f}" if way in t else "—" for way in ("Int8Linear", "Float16Linear")) + " |"
                   for shape, t in row["linear"].items()]  # fmt: skip
         ways = list(next(iter(row["cache_read"].values())))
         lines += ["", f"| reading the KV cache (SDPA, 1 query), µs | {' | '.join(ways)} |", "|---|" + "---:|" * len(ways)]
@@ -427,20 +430,23 @@ def table(rows: list[dict]) -> str:
     speed = [r for r in rows if r.get("kind") == "speed"]
     if speed:
         lines += ["", "decoding, new tokens/s (all rows); ratio to HF float32",
-                  "", "| day | threads | case | float32 | int8 | int8 + f16 cache | HF float32 | int8 / HF |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+                  "", "| day | threads | case | float32 | int8 | int8 + f16 cache | HF float32 | int8 / HF | float16 "
+                  "| float16 / HF |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         for r in speed:
             t = r["tokens_per_second"]
             lines.append(f"| {r['day']} | {r['threads']} | {r['case']} | {t['float32']:.0f} | {t['int8']:.0f} | "
-                         f"{t['int8 + f16 cache']:.0f} | {t['hf float32']:.0f} | {t['int8'] / t['hf float32']:.2f} |")  # fmt: skip
+                         f"{t['int8 + f16 cache']:.0f} | {t['hf float32']:.0f} | {t['int8'] / t['hf float32']:.2f} | "
+                         + _rate_and_ratio(t, "float16", "hf float32") + " |")  # fmt: skip
     music_runs = [r for r in rows if r.get("kind") == "music_speed"]
     if music_runs:
         lines += ["", "shipped music model, greedy from its controls, new events/s (all rows)", "",
-                  "| day | threads | rows | float32 | int8 | int8 + f16 cache | int8 / float32 |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+                  "| day | threads | rows | float32 | int8 | int8 + f16 cache | int8 / float32 | float16 | float16 / float32 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         for r in music_runs:
             for rows_name, t in r["events_per_second"].items():
                 lines.append(f"| {r['day']} | {r['threads']} | {rows_name} | {t['float32']:.0f} | {t['int8']:.0f} | "
-                             f"{t['int8 + f16 cache']:.0f} | {t['int8'] / t['float32']:.2f} |")  # fmt: skip
+                             f"{t['int8 + f16 cache']:.0f} | {t['int8'] / t['float32']:.2f} | "
+                             + _rate_and_ratio(t, "float16", "float32") + " |")  # fmt: skip
     music = [r for r in rows if r.get("kind") == "music"]
     if music:
         lines += ["", "shipped music model, test pieces", "",
@@ -463,6 +469,13 @@ def table(rows: list[dict]) -> str:
         lines += ["", "| shipped model folder weights | bytes |", "|---|---:|"]
         lines += [f"| {name} | {size:,} |" for name, size in r["folder_bytes"].items()]
     return "\n".join(lines)
+
+
+def _rate_and_ratio(rates: dict, variant: str, peer: str) -> str:
+    """``rate | rate / peer`` cells, dashes for runs made before ``variant`` was measured."""
+    if variant not in rates:
+        return "— | —"
+    return f"{rates[variant]:.0f} | {rates[variant] / rates[peer]:.2f}"
 
 
 if __name__ == "__main__":

@@ -283,8 +283,10 @@ def test_quantized_inference_at_tiny_size_records_each_measurement(tmp_path):
     out = tmp_path / "quantized.jsonl"
     _run("quantized_inference.py", "--kernels", "--quality", "--tiny", "--seeds", "0", "--threads", "1",
          "--prompts", "2", "--out", str(out))  # fmt: skip
-    kinds = [json.loads(line)["kind"] for line in out.read_text().splitlines()]
-    assert kinds == ["kernels", "music", "music", "music"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["kind"] for r in rows] == ["kernels", "music", "music", "music", "music"]
+    assert [r["variant"] for r in rows[1:]] == ["float32", "int8", "int8 + f16 cache", "float16"]
+    assert all("Float16Linear" in times for times in rows[0]["linear"].values())
 
 
 @pytest.mark.slow  # about a minute on 2 cores: `make test-all` runs it

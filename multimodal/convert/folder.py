@@ -33,7 +33,7 @@ from multimodal.convert.export import Export, export_from_state_dict
 from multimodal.convert.weight_shapes import check_config_fits, weight_shapes
 from multimodal.data.storage import give_default_mode
 from multimodal.layers.lora import LoRALinear, merge_lora
-from multimodal.layers.quantize import WEIGHT_SCHEMES, Int8Linear, quantize_model, set_kv_cache_dtype
+from multimodal.layers.quantize import WEIGHT_SCHEMES, PackedLinear, quantize_model, set_kv_cache_dtype
 from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, TranscriberConfig, ViTConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.lm import CausalLM
@@ -107,9 +107,9 @@ def save_model_folder(
         readme: Text of ``README.md``.
         dtype: Store the floating-point weights in this dtype (``torch.float16``: half the size); :func:`load`
             reads them back into a float32 model. None: as they are.
-        quantize: ``"int8"``: store int8 weights with per-channel scales
-            (:func:`~multimodal.layers.quantize.quantize_model`, a quarter of float32's size);
-            :func:`load` gives the quantized model. A model quantized already is stored as it is.
+        quantize: ``"int8"``: store int8 weights with per-channel scales (a quarter of float32's
+            size); ``"float16"``: float16 linear weights (half)
+            (:func:`~multimodal.layers.quantize.quantize_model`); :func:`load` gives the quantized model. A model quantized already is stored as it is.
     """
     if any(isinstance(module, LoRALinear) for module in model.modules()):
         model = merge_lora(copy.deepcopy(model))  # the folder holds plain weights; the caller's model is unchanged
@@ -238,9 +238,9 @@ def load(
         path: A model folder (``multimodal export``) or a ``.ckpt`` written by ``multimodal fit``
             (the commands also take a run's folder: ``tasks.runs.resolve_checkpoint``).
         device: Where the model goes.
-        quantize: ``"int8"``: int8 weights for faster CPU inference
-            (:func:`~multimodal.layers.quantize.quantize_model`); a folder exported with int8 weights
-            loads quantized without it.
+        quantize: ``"int8"`` or ``"float16"``: reduced-precision linear weights for faster CPU
+            inference (:func:`~multimodal.layers.quantize.quantize_model`); a folder exported with
+            them loads quantized without it.
         kv_cache_dtype: ``"float16"`` or ``"bfloat16"``: decoding stores its KV caches in half the
             memory (:func:`~multimodal.layers.quantize.set_kv_cache_dtype`).
 
@@ -319,10 +319,10 @@ def folder_export(folder: str | Path, stack: str | None = None) -> Export:
 
 
 def _float_weights_to(model: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """``model`` with its floating-point parameters and buffers in ``dtype``; int8 weights and their
-    float32 scales stay as they are (a quantized model's scales are what its kernel multiplies by)."""
+    """``model`` with its floating-point parameters and buffers in ``dtype``; the reduced-precision layers
+    stay as they are (their weights, scales and biases are what their kernels take)."""
     for module in model.modules():
-        if isinstance(module, Int8Linear):
+        if isinstance(module, PackedLinear):
             continue
         for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
             if tensor is not None and tensor.is_floating_point():

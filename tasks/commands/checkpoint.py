@@ -73,13 +73,14 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
 
 #: ``multimodal.layers.quantize``'s WEIGHT_SCHEMES and KV_CACHE_DTYPES, named here so ``--help`` imports no torch
 #: (tests/layers/test_quantize.py holds them equal).
-QUANTIZE_CHOICES, KV_CACHE_CHOICES = ("int8",), ("float32", "float16", "bfloat16")
+QUANTIZE_CHOICES, KV_CACHE_CHOICES = ("int8", "float16"), ("float32", "float16", "bfloat16")
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--quantize int8`` and ``--kv-cache float16|bfloat16``: reduced-precision inference on a CPU (docs/text.md)."""
+    """``--quantize int8|float16`` and ``--kv-cache float16|bfloat16``: reduced-precision inference on a CPU (docs/text.md)."""
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="int8 weights (per-channel scales): faster decoding on a CPU, NLL within 1%% (docs/text.md)")
+                        help="int8 weights (per-channel scales, a quarter of the bytes) or float16 weights (half, "
+                             "closer to float32): faster decoding on a CPU (docs/text.md)")
     parser.add_argument("--kv-cache", choices=KV_CACHE_CHOICES, default=None,
                         help="store the decoding caches in this dtype (float16: half the memory)")  # fmt: skip
 
