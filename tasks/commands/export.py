@@ -33,7 +33,8 @@ def export_command(argv: list[str]) -> None:
     parser.add_argument("--half", action="store_true",
                         help="store the weights in float16 (half the size; loaded back into float32)")  # fmt: skip
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="store int8 weights with per-channel scales (a quarter of float32; loads quantized)")  # fmt: skip
+                        help="store int8 (per-channel scales, a quarter of float32) or float16 linear weights "
+                             "(half); the folder loads quantized")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.checkpoint.exists():
         parser.error(f"checkpoint not found: {args.checkpoint}")
