@@ -175,38 +175,29 @@ def _sharp(model: CausalLM) -> CausalLM:
     return model
 
 
-def test_an_int8_folder_is_a_quarter_of_float32_and_loads_the_same_model(tmp_path):
-    model = _model("relative", vocab_size=512, dim=128, ff_dim=512)
+@pytest.mark.parametrize("scheme, family, share", [
+    # int8: the linear layers at a quarter; the embedding (stored once, tied to the head) stays float32: 0.41 here.
+    ("int8", "relative", 0.45),
+    # float16: the linear layers at half; the embedding stays float32, the head gets a float16 copy: 0.65 here.
+    ("float16", "rotary", 0.67),
+])  # fmt: skip
+def test_a_quantized_folder_is_smaller_and_loads_the_same_model(tmp_path, scheme, family, share):
+    model = _model(family, vocab_size=512, dim=128, ff_dim=512)
     save_model_folder(model, tmp_path / "float32")
-    save_model_folder(model, tmp_path / "int8", quantize="int8")
-    size = {name: (tmp_path / name / "model.safetensors").stat().st_size for name in ("float32", "int8")}
-    # The linear layers at a quarter; the embedding (stored once, tied to the head) stays float32: 0.41 here.
-    assert size["int8"] < 0.45 * size["float32"]
-    assert json.loads((tmp_path / "int8" / "config.json").read_text())["quantization"] == "int8"
-    from_folder, _ = load(tmp_path / "int8")
-    at_load, _ = load(tmp_path / "float32", quantize="int8")
-    assert from_folder.quantization == at_load.quantization == "int8"
+    save_model_folder(model, tmp_path / scheme, quantize=scheme)
+    size = {name: (tmp_path / name / "model.safetensors").stat().st_size for name in ("float32", scheme)}
+    assert size[scheme] < share * size["float32"]
+    assert json.loads((tmp_path / scheme / "config.json").read_text())["quantization"] == scheme
+    from_folder, _ = load(tmp_path / scheme)
+    at_load, _ = load(tmp_path / "float32", quantize=scheme)
+    assert from_folder.quantization == at_load.quantization == scheme
     tokens = torch.randint(0, 512, (1, 20))
     with torch.no_grad():
         assert torch.equal(from_folder(tokens), at_load(tokens))
     assert model.head.weight is model.embedding.weight  # the caller's model was left as it was
-
-
-def test_a_float16_folder_is_about_half_of_float32_and_loads_the_same_model(tmp_path):
-    model = _model("rotary", vocab_size=512, dim=128, ff_dim=512)
-    save_model_folder(model, tmp_path / "float32")
-    save_model_folder(model, tmp_path / "float16", quantize="float16")
-    size = {name: (tmp_path / name / "model.safetensors").stat().st_size for name in ("float32", "float16")}
-    # The linear layers at half; the embedding stays float32 and the head gets its own float16 copy: 0.65 here.
-    assert size["float16"] < 0.67 * size["float32"]
-    from_folder, _ = load(tmp_path / "float16")
-    at_load, _ = load(tmp_path / "float32", quantize="float16")
-    assert from_folder.quantization == at_load.quantization == "float16"
-    tokens = torch.randint(0, 512, (1, 20))
-    with torch.no_grad():
-        assert torch.equal(from_folder(tokens), at_load(tokens))
-    with pytest.raises(ValueError, match="weights are float16 already"):
-        quantize_model(from_folder, "int8")
+    other = next(name for name in quantize_module.WEIGHT_SCHEMES if name != scheme)
+    with pytest.raises(ValueError, match=f"weights are {scheme} already"):
+        quantize_model(from_folder, other)
 
 
 def test_the_commands_offer_what_the_library_takes():
