@@ -260,7 +260,7 @@ class _RelativeAttention(torch.autograd.Function):
             grad_logits = grad_probs.sub_(row_dot[..., block.rows, :]).mul_(probs)  # (b, h, q, k)
             grad_k[..., keys, :] += grad_logits.transpose(-1, -2) @ q_block
             grad_q_block = grad_logits @ k[..., keys, :]
-            grad_band = _unskew(grad_logits, block)
+            grad_band = _unskew(grad_logits)
             grad_q_block += grad_band @ table[:, band_rows]
             grad_band_table = torch.einsum("bhqw,bhqd->hwd", grad_band, q_block).to(table_dtype)
             if isinstance(band_rows, slice):
@@ -389,7 +389,7 @@ def _skew(band: Tensor, num_keys: int) -> Tensor:
     return band.as_strided((*lead, rows, num_keys), stride, band.storage_offset() + rows - 1)
 
 
-def _unskew(grad_logits: Tensor, block: _Block) -> Tensor:
+def _unskew(grad_logits: Tensor) -> Tensor:
     """The band ``(..., q, keys + q - 1)`` whose skewed view is ``grad_logits`` ``(..., q, keys)``; zero elsewhere.
 
     Only the first and last ``q - 1`` columns hold entries outside the view (row ``a`` covers
