@@ -94,7 +94,7 @@ def main() -> None:
     for seed in args.seeds:
         for name in args.models:
             pl.seed_everything(seed, verbose=False)
-            data = SuperResolutionDataModule(**{**config["data"]["init_args"], "scale": args.scale, "seed": seed})
+            data = data_module(config, args.scale, seed)
             task = build_task(config, data, args.set, args.lr)
             if name == "cnn":
                 task.model = PlainCNN.matching(sum(p.numel() for p in task.model.parameters()), data)
@@ -104,7 +104,7 @@ def main() -> None:
                                      default_root_dir=folder, enable_checkpointing=False, enable_progress_bar=False,
                                      enable_model_summary=False)  # fmt: skip
                 trainer.fit(task, data)
-            result = {"model": name, "seed": seed, "epochs": args.epochs, "minutes": (time.perf_counter() - started) / 60,
+            result = {"model": name, "seed": seed, "epochs": args.epochs, "scale": args.scale, "minutes": (time.perf_counter() - started) / 60,
                       "parameters": sum(p.numel() for p in task.model.parameters()), "overrides": args.set}  # fmt: skip
             images = {}  # photo -> (bicubic, ours, original), for the picture
             for split in splits:
@@ -122,6 +122,18 @@ def main() -> None:
     print(tables(load(args.out)))
 
 
+def data_module(config: dict, scale: int, seed: int) -> SuperResolutionDataModule:
+    """The config's data at ``scale``, its high-resolution crop resized so the low-resolution crop stays the config's.
+
+    The config's crops are 48 pixels at x2, 24 low-resolution pixels (12 x 12 tokens of 2 x 2): x4
+    trains on 96-pixel crops, the same 24 pixels in, as SR papers keep the low-resolution patch
+    fixed across scales; the model's input, windows and step cost stay those of x2.
+    """
+    init = config["data"]["init_args"]
+    low_res = init["crop_size"] // init["scale"]
+    return SuperResolutionDataModule(**{**init, "scale": scale, "crop_size": low_res * scale, "seed": seed})
+
+
 def _weights_file(args: argparse.Namespace, name: str, seed: int) -> Path:
     overrides = "".join(f"_{pair}" for pair in args.set)
     return args.models_dir / f"{name}_x{args.scale}_e{args.epochs}_seed{seed}{overrides}.pt"
@@ -130,7 +142,7 @@ def _weights_file(args: argparse.Namespace, name: str, seed: int) -> Path:
 def four_panels(args: argparse.Namespace, config: dict) -> None:
     """Bicubic | CNN | Transformer | original on the chelsea crop, from the report runs' weights of ``--seeds[0]``."""
     seed = args.seeds[0]
-    data = SuperResolutionDataModule(**{**config["data"]["init_args"], "scale": args.scale, "seed": seed})
+    data = data_module(config, args.scale, seed)
     transformer = build_task(config, data, args.set, args.lr).model
     cnn = PlainCNN.matching(sum(p.numel() for p in transformer.parameters()), data)
     panels = {}
@@ -193,29 +205,29 @@ def tables(results: list[dict]) -> str:
             continue
         splits = ["val"] if stage == "select" else ["val", "test"]
         lines += [f"{stage}: mean over each split's photos of ours minus bicubic; mean ± sd over seeds", "",
-                  "| model | parameters | overrides | seeds | minutes | " + " | ".join(
+                  "| scale | model | parameters | overrides | seeds | minutes | " + " | ".join(
                       f"{s} gain RGB | {s} gain Y (PSNR-Y) | {s} SSIM" for s in splits) + " |",
-                  "|---|---:|---|---:|---:|" + "---:|" * 3 * len(splits)]  # fmt: skip
+                  "|---|---|---:|---|---:|---:|" + "---:|" * 3 * len(splits)]  # fmt: skip
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((r["model"], " ".join(r.get("overrides", []))), []).append(r)
-        for (model, overrides), group in groups.items():
+            groups.setdefault((r.get("scale", 2), r["model"], " ".join(r.get("overrides", []))), []).append(r)
+        for (scale, model, overrides), group in groups.items():
             cells = []
             for split in splits:
                 for key in ("gain_rgb", "gain_y", "ours_ssim"):
                     values = [sum(photo[key] for photo in r[split]) / len(r[split]) for r in group]
                     cells.append(spread(values, 2 if key != "ours_ssim" else 4))
-            lines.append(f"| {model} | {group[0]['parameters']:,} | {overrides or '-'} | {len(group)} | "
+            lines.append(f"| x{scale} | {model} | {group[0]['parameters']:,} | {overrides or '-'} | {len(group)} | "
                          f"{spread([r['minutes'] for r in group], 1)} | " + " | ".join(cells) + " |")  # fmt: skip
         if stage == "report":  # the seeds both models ran at the same epochs, without overrides
-            by_seed = {(r["model"], r["epochs"], r["seed"]): r for r in rows if not r.get("overrides")}
+            by_seed = {(r["model"], r.get("scale", 2), r["epochs"], r["seed"]): r for r in rows if not r.get("overrides")}
             pairs = [(by_seed[key], by_seed["cnn", *key[1:]]) for key in by_seed
                      if key[0] == "transformer" and ("cnn", *key[1:]) in by_seed]  # fmt: skip
-            for epochs in sorted({ours["epochs"] for ours, _ in pairs}):
+            for budget in sorted({(ours.get("scale", 2), ours["epochs"]) for ours, _ in pairs}):
                 for key, label in (("gain_y", "PSNR-Y"), ("gain_rgb", "RGB")):
                     gaps = [_mean_gain(ours["test"], key) - _mean_gain(cnn["test"], key)
-                            for ours, cnn in pairs if ours["epochs"] == epochs]  # fmt: skip
-                    lines.append(f"\n{epochs} epochs, Transformer minus CNN, test gain {label} per seed: "
+                            for ours, cnn in pairs if (ours.get("scale", 2), ours["epochs"]) == budget]  # fmt: skip
+                    lines.append(f"\nx{budget[0]}, {budget[1]} epochs, Transformer minus CNN, test gain {label} per seed: "
                                  f"{spread(gaps, 3)} dB; Transformer > CNN: {verdict(gaps, 0.0, lower_is_better=False)}")  # fmt: skip
         lines.append("")
     photos = [r for r in results if r["stage"] == "report"][:1]
