@@ -58,14 +58,27 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "music_direction", help="the runs' folder")
     parser.add_argument("--set", nargs=argparse.REMAINDER, default=[],
                         help="(last) more fit options, e.g. --set --data.init_args.limit=20")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=2, help="--guidance: torch threads")
     parser.add_argument("--tiny", action="store_true", help="the test suite's size: tiny model and samples")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "music_direction.jsonl")
     parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
+    parser.add_argument("--guidance", action="store_true",
+                        help="no training: key/style accuracy of --model at each of --scales (classifier-free guidance)")
+    parser.add_argument("--model", default="music", help="--guidance: a shipped model's name or a checkpoint/folder")
+    parser.add_argument("--scales", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    parser.add_argument("--stage", choices=["select", "report"], default="select",
+                        help="--guidance: select (seeds the report does not use) or report")  # fmt: skip
     parser.add_argument("--figure", type=Path, help="draw two chorales from nothing in two keys with seed 0's model "
                         "into this PNG (the README's picture) and stop")  # fmt: skip
     args = parser.parse_args()
     if args.table:
         print(table(load(args.out)))
+        if any("guidance_scale" in row for row in load(args.out)):
+            print("\n" + guidance_table(load(args.out)))
+        return
+    if args.guidance:
+        torch.set_num_threads(args.threads)
+        guidance(args)
         return
     if args.figure:
         two_keys_figure(args.root / "lightning_logs" / "seed0" / "checkpoints" / "best.ckpt", args.figure)
@@ -106,7 +119,6 @@ def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
     """The key, style, quality and NLL numbers of one trained model (module docstring)."""
     from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.music import evaluate_continuations, overlaps, score_music
-    from multimodal.tokenizers.music_controls import KEYS, STYLES, Controls
     from tasks.checkpoint import load_task
 
     task, tokenizer, data = load_task(checkpoint)
@@ -116,28 +128,7 @@ def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
               for name in ("train", "test")}  # fmt: skip
     result = {"checkpoint": str(checkpoint.relative_to(ROOT) if checkpoint.is_relative_to(ROOT) else checkpoint)}
 
-    # key: the requested key against music21's analysis, with and without the key token
-    keys = [index for index in range(len(KEYS)) for _ in range(args.per_key)]
-    for name, given in (("key", True), ("key_baseline", False)):
-        prompts = [Controls(key=key if given else None) for key in keys]
-        samples = sample_from_nothing(model, tokenizer, prompts, args.new_tokens, seed)
-        found = [analysed_key(notes) for notes in samples]
-        result[f"{name}_accuracy"] = float(np.mean([hit == key for hit, key in zip(found, keys, strict=True)]))
-    result["key_samples"] = len(keys)
-
-    # style: a classifier of the real training pieces names the style of each sample
-    styles = sorted({style for style in (controls.style for controls in splits["train"].controls) if style is not None})
-    classifier = style_classifier(splits["train"])
-    test_pieces = [(notes, c.style) for notes, c in zip(splits["test"].notes, splits["test"].controls, strict=True)
-                   if c.style in styles]  # fmt: skip
-    result["style_classifier_test_accuracy"] = float(np.mean(
-        classifier.predict(np.stack([style_features(notes) for notes, _ in test_pieces])) == [s for _, s in test_pieces]))
-    asked = [style for style in styles for _ in range(args.per_style)]
-    samples = sample_from_nothing(model, tokenizer, [Controls(style=style) for style in asked], args.new_tokens, seed)
-    usable = [i for i, notes in enumerate(samples) if len(notes) >= 8]
-    predicted = classifier.predict(np.stack([style_features(samples[i]) for i in usable])) if usable else []
-    result["style_accuracy"] = float(np.sum(np.array(predicted) == [asked[i] for i in usable]) / len(asked))
-    result["styles"] = [list(STYLES)[style] for style in styles]
+    result.update(control_accuracies(model, tokenizer, splits, seed, args))
 
     # quality per collection, and the test NLL
     test = splits["test"]
@@ -159,17 +150,102 @@ def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
     return result
 
 
-def sample_from_nothing(model, tokenizer, controls: list, new_tokens: int, seed: int) -> list[np.ndarray]:
-    """One piece per entry of ``controls``, sampled (top-p 0.95) from ``BOS`` and the control tokens."""
+def control_accuracies(model, tokenizer, splits: dict, seed: int, args: argparse.Namespace, guidance_scale: float = 1.0,
+                       baseline: bool = True) -> dict:
+    """Key and style accuracy of samples from nothing (module docstring), with classifier-free guidance ``guidance_scale``.
+
+    ``baseline``: also the key accuracy with the key token unknown (which guidance leaves unchanged).
+    """
+    from multimodal.tokenizers.music_controls import STYLES, Controls
+
+    result: dict = {}
+    # key: the requested key against music21's analysis, with and without the key token
+    keys = [index for index in range(len(KEYS)) for _ in range(args.per_key)]
+    for name, given in (("key", True), ("key_baseline", False))[: 2 if baseline else 1]:
+        prompts = [Controls(key=key if given else None) for key in keys]
+        samples = sample_from_nothing(model, tokenizer, prompts, args.new_tokens, seed, guidance_scale)
+        found = [analysed_key(notes) for notes in samples]
+        result[f"{name}_accuracy"] = float(np.mean([hit == key for hit, key in zip(found, keys, strict=True)]))
+    result["key_samples"] = len(keys)
+
+    # style: a classifier of the real training pieces names the style of each sample
+    styles = sorted({style for style in (controls.style for controls in splits["train"].controls) if style is not None})
+    classifier = style_classifier(splits["train"])
+    test_pieces = [(notes, c.style) for notes, c in zip(splits["test"].notes, splits["test"].controls, strict=True)
+                   if c.style in styles]  # fmt: skip
+    result["style_classifier_test_accuracy"] = float(np.mean(
+        classifier.predict(np.stack([style_features(notes) for notes, _ in test_pieces])) == [s for _, s in test_pieces]))
+    asked = [style for style in styles for _ in range(args.per_style)]
+    samples = sample_from_nothing(model, tokenizer, [Controls(style=style) for style in asked], args.new_tokens, seed,
+                                  guidance_scale)  # fmt: skip
+    usable = [i for i, notes in enumerate(samples) if len(notes) >= 8]
+    predicted = classifier.predict(np.stack([style_features(samples[i]) for i in usable])) if usable else []
+    result["style_accuracy"] = float(np.sum(np.array(predicted) == [asked[i] for i in usable]) / len(asked))
+    result["styles"] = [list(STYLES)[style] for style in styles]
+    return result
+
+
+def sample_from_nothing(model, tokenizer, controls: list, new_tokens: int, seed: int,
+                        guidance_scale: float = 1.0) -> list[np.ndarray]:
+    """One piece per entry of ``controls``, sampled (top-p 0.95) from ``BOS`` and the control tokens;
+    ``guidance_scale != 1``: classifier-free guidance against the same prompt with every control unknown."""
     from multimodal.generation.sample import generate_batch
 
     torch.manual_seed(seed)
     samples = []
     for start in range(0, len(controls), 16):
         prompts = [[tokenizer.bos_id, *tokenizer.control_ids(c)] for c in controls[start : start + 16]]
-        rows = generate_batch(model, prompts, new_tokens, top_p=0.95, eos_id=tokenizer.eos_id)
+        unconditional = [tokenizer.without_controls(prompt) for prompt in prompts] if guidance_scale != 1 else None
+        rows = generate_batch(model, prompts, new_tokens, top_p=0.95, eos_id=tokenizer.eos_id,
+                              guidance_scale=guidance_scale, unconditional_prompts=unconditional)  # fmt: skip
         samples += [tokenizer.decode_notes(row) for row in rows]
     return samples
+
+
+def guidance(args: argparse.Namespace) -> None:
+    """``--guidance``: key and style accuracy of a trained model (``--model``) at each of ``--scales``, per seed.
+
+    Nothing is trained. ``--stage select`` is meant for seeds that the report does not use (the scale
+    is chosen there); ``--stage report`` for the reported seeds. One JSON line per (seed, scale).
+    """
+    from multimodal.data.music21_corpus import load_music21_corpus
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+
+    task, tokenizer, data = load_task(resolve_model(args.model))
+    model = task.model.eval()
+    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
+    splits = {name: corpus.split(name, data.get("validation_percent", 10), data.get("test_percent", 10))
+              for name in ("train", "test")}  # fmt: skip
+    done = {(row["seed"], row["guidance_scale"]) for row in load(args.out)
+            if row.get("stage") == args.stage and row.get("model") == args.model}  # fmt: skip
+    for seed in args.seeds:
+        for scale in args.scales:
+            if (seed, scale) in done:
+                print(f"seed {seed}, scale {scale}: already in {args.out}")
+                continue
+            started = time.perf_counter()
+            result = {"model": args.model, "seed": seed, "guidance_scale": scale,
+                      **control_accuracies(model, tokenizer, splits, seed, args, scale, baseline=False),
+                      "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+            record(args.out, result, stage=args.stage)
+            print(json.dumps(result))
+    print(guidance_table(load(args.out)))
+
+
+def guidance_table(rows: list[dict]) -> str:
+    """Per stage, model and scale: key and style accuracy, mean ± sd over seeds."""
+    rows = [row for row in rows if "guidance_scale" in row]
+    lines = ["| stage | model | guidance scale | seeds | key accuracy | style accuracy | seconds |",
+             "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["stage"], row["model"], row["guidance_scale"]), []).append(row)
+    for (stage, model, scale), group in sorted(groups.items()):
+        lines.append(f"| {stage} | {model} | {scale:g} | {len(group)} | {spread([r['key_accuracy'] for r in group], 3)} | "
+                     f"{spread([r['style_accuracy'] for r in group], 3)} | "
+                     f"{statistics.fmean(r['seconds'] for r in group):.0f} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def analysed_key(notes: np.ndarray) -> int | None:
@@ -249,7 +325,7 @@ def two_keys_figure(checkpoint: Path, path: Path, keys: tuple[str, str] = ("D ma
 
 def table(rows: list[dict]) -> str:
     """Mean ± sd over seeds of each measurement."""
-    rows = [row for row in rows if row.get("stage") == "report"]
+    rows = [row for row in rows if row.get("stage") == "report" and "guidance_scale" not in row]
     if not rows:
         return "no results yet"
     lines = [f"{len(rows)} seed(s), {rows[0]['steps']} steps each", "", "| measure | mean ± sd |", "|---|---:|"]

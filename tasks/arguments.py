@@ -87,7 +87,7 @@ def count(high: int, low: int = 1) -> Callable[[str], int]:
 #: The :class:`~multimodal.generation.config.SamplingConfig` fields a command's options may set
 #: (``--temperature`` is ``args.temperature``, ...); each command has the ones it offers.
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "no_repeat_ngram_size",
-                   "min_new_tokens", "num_beams", "length_penalty")  # fmt: skip
+                   "min_new_tokens", "num_beams", "length_penalty", "guidance_scale")  # fmt: skip
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:

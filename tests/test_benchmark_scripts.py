@@ -265,6 +265,16 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| key_accuracy |" in again.stdout
+    # --guidance: the trained model again, without and with classifier-free guidance
+    checkpoints = tmp_path / "runs" / "lightning_logs" / "seed0" / "checkpoints"
+    model = next(path for path in (checkpoints / "best.ckpt", checkpoints / "last.ckpt") if path.is_file())
+    guided = subprocess.run([*tiny[:-2], "--guidance", "--model", str(model), "--scales", "1", "3", "--threads", "1"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert guided.returncode == 0, guided.stderr[-3000:]
+    rows = [row for row in _rows(out) if "guidance_scale" in row]
+    assert sorted(row["guidance_scale"] for row in rows) == [1.0, 3.0]
+    assert all(0 <= row["key_accuracy"] <= 1 and 0 <= row["style_accuracy"] <= 1 for row in rows)
+    assert "| select | " in guided.stdout
 
 
 @pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it

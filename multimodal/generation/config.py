@@ -38,6 +38,10 @@ class SamplingConfig:
         length_penalty: Beam search: exponent of the new length dividing a finished hypothesis's
             log-probability (``> 0`` favours longer ones).
         early_stopping: Beam search: stop a prompt's search once ``num_beams`` hypotheses have finished.
+        guidance_scale: Classifier-free guidance (:mod:`multimodal.generation.guidance`): each step
+            samples from ``log p(x | uncond) + s * (log p(x | cond) - log p(x | uncond))``, the
+            unconditional prompt being the prompt with its conditioning (e.g. music controls) taken
+            out. 1: off; > 1 follows the conditioning more strictly; costs a second row per row.
     """
 
     temperature: float = 1.0
@@ -51,6 +55,7 @@ class SamplingConfig:
     num_beams: int = 1
     length_penalty: float = 1.0
     early_stopping: bool = False
+    guidance_scale: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_ids", tuple(int(token) for token in self.stop_ids))
@@ -72,6 +77,8 @@ class SamplingConfig:
             raise ValueError(f"num_beams must be in [1, {MAX_BEAMS}], got {self.num_beams}")
         if not math.isfinite(self.length_penalty):
             raise ValueError(f"length_penalty must be a finite number, got {self.length_penalty}")
+        if not (math.isfinite(self.guidance_scale) and self.guidance_scale >= 0):
+            raise ValueError(f"guidance_scale must be a finite number >= 0 (1: no guidance), got {self.guidance_scale}")
         if self.num_beams > 1 and self.sampling_options():
             raise ValueError(f"num_beams > 1 is deterministic beam search; it does not take "
                              f"{', '.join(self.sampling_options())}")  # fmt: skip

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from multimodal.generation.beam import beam_search
 from multimodal.generation.config import SAMPLING_FIELDS, DecodingModel, SamplingConfig, check_max_new_tokens
+from multimodal.generation.guidance import GuidedModel
 from multimodal.generation.processors import forbid, min_p_filter, no_repeat_ngram_mask, repetition_penalty
 
 
@@ -61,6 +62,7 @@ def generate(
     use_cache: bool = True,
     progress: bool = False,
     prompt_padding: Tensor | None = None,
+    unconditional_prompt: Tensor | None = None,
     **options: Any,
 ) -> Tensor:
     """Continues ``prompt`` ``(batch, prompt_len)``; returns ``(batch, prompt_len + new)`` token ids.
@@ -77,6 +79,10 @@ def generate(
     each row's own positions (``positions``, its first real token at 0), so every row decodes as it
     would alone. The model must take both keywords (``CausalLM`` does).
 
+    ``sampling.guidance_scale != 1`` samples with classifier-free guidance
+    (:mod:`multimodal.generation.guidance`): ``unconditional_prompt`` ``(batch or 1, prompt_len)`` is
+    the prompt with its conditioning taken out, decoded beside it in the same batch.
+
     ``sampling.num_beams > 1`` runs :func:`~multimodal.generation.beam.beam_search` (with
     ``length_penalty``, ``early_stopping`` and ``eos_id``) and returns each prompt's best hypothesis,
     padded with ``eos_id`` after it ends; padded prompts and uncached decoding are not part of it.
@@ -92,7 +98,8 @@ def generate(
         return sequences
     check_max_new_tokens(model, max_new_tokens)  # now: list() below sizes itself by the progress bar's total
     steps = generate_stream(model, prompt, max_new_tokens, sampling, eos_id=eos_id, generator=generator,
-                            use_cache=use_cache, prompt_padding=prompt_padding)  # fmt: skip
+                            use_cache=use_cache, prompt_padding=prompt_padding,
+                            unconditional_prompt=unconditional_prompt)  # fmt: skip
     new = list(tqdm(steps, total=max_new_tokens, disable=not progress, desc="generating", unit="tok"))
     return torch.cat([prompt, torch.stack(new, dim=1)], dim=1) if new else prompt.clone()
 
@@ -107,6 +114,7 @@ def generate_stream(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     prompt_padding: Tensor | None = None,
+    unconditional_prompt: Tensor | None = None,
     **options: Any,
 ) -> Iterator[Tensor]:
     """:func:`generate` as an iterator: yields each new token ``(batch,)`` as soon as it is decoded (sampling only)."""
@@ -114,6 +122,7 @@ def generate_stream(
     if sampling.num_beams > 1:
         raise ValueError("beam search decides its tokens at the end; it does not stream (use generate)")
     check_max_new_tokens(model, max_new_tokens)
+    model = guided(model, sampling, unconditional_prompt, prompt)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt must be token ids (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}")
     pads = _left_padding(prompt_padding, prompt)  # (batch,) padding tokens before each prompt, or None
@@ -166,30 +175,35 @@ def generate_batch(
     sampling: SamplingConfig | None = None,
     *,
     eos_id: int | None = None,
+    unconditional_prompts: list[Tensor | list[int]] | None = None,
     **options: Any,
 ) -> list[Tensor]:
     """Continues prompts of different lengths in one batch; returns each row's ids (prompt + new) ``(length,)``.
 
     The prompts are padded on the left and decoded together (:func:`generate` with
     ``prompt_padding``), each exactly as it would be alone. A row that stopped (EOS or a stop id)
-    ends at its stop token. ``options`` are the other keywords of :func:`generate` and ``sampling``'s fields.
+    ends at its stop token. With ``sampling.guidance_scale != 1``, ``unconditional_prompts`` are the
+    prompts with their conditioning taken out, one per prompt and of its length. ``options`` are the
+    other keywords of :func:`generate` and ``sampling``'s fields.
     """
     if not prompts:
         raise ValueError("no prompt to continue")
     rows = [torch.as_tensor(prompt, dtype=torch.long) for prompt in prompts]
     if any(row.dim() != 1 or len(row) == 0 for row in rows):
         raise ValueError("each prompt must be a non-empty 1-D sequence of token ids")
-    longest = max(len(row) for row in rows)
-    padded = torch.zeros(len(rows), longest, dtype=torch.long)
-    padding = torch.ones(len(rows), longest, dtype=torch.bool)
-    for index, row in enumerate(rows):
-        padded[index, longest - len(row) :] = row
-        padding[index, longest - len(row) :] = False
+    padded, padding = _left_padded(rows)
+    unconditional = None
+    if unconditional_prompts is not None:
+        others = [torch.as_tensor(prompt, dtype=torch.long) for prompt in unconditional_prompts]
+        if [other.shape for other in others] != [row.shape for row in rows]:
+            raise ValueError("unconditional_prompts must be one per prompt, each of its prompt's length")
+        unconditional = _left_padded(others)[0]
     device = next(iter(model.parameters()), torch.empty(0)).device if hasattr(model, "parameters") else None
     sampling = SamplingConfig.of(sampling, **{key: value for key, value in options.items() if key in SAMPLING_FIELDS})
     rest = {key: value for key, value in options.items() if key not in SAMPLING_FIELDS}
     out = generate(model, padded.to(device), max_new_tokens, sampling, eos_id=eos_id, prompt_padding=padding.to(device),
-                   **rest)  # fmt: skip
+                   unconditional_prompt=None if unconditional is None else unconditional.to(device), **rest)  # fmt: skip
+    longest = padded.shape[1]
     stops = {*([] if eos_id is None else [eos_id]), *sampling.stop_ids}
     results = []
     for index, row in enumerate(rows):
@@ -199,6 +213,31 @@ def generate_batch(
         results.append(ids if ended is None else ids[: len(row) + ended + 1])
     return results
 
+
+
+def guided(model: DecodingModel, sampling: SamplingConfig, unconditional_prompt: Tensor | None, prompt: Tensor):
+    """``model`` wrapped for classifier-free guidance when ``sampling.guidance_scale != 1`` (else ``model`` itself).
+
+    Raises:
+        ValueError: Guidance without an ``unconditional_prompt`` of the prompt's length.
+    """
+    if sampling.guidance_scale == 1.0:
+        return model
+    if unconditional_prompt is None or unconditional_prompt.shape[-1] != prompt.shape[-1]:
+        raise ValueError("guidance_scale != 1 needs unconditional_prompt: the prompt with its conditioning taken "
+                         "out, of the prompt's length")  # fmt: skip
+    return GuidedModel(model, unconditional_prompt, sampling.guidance_scale)
+
+
+def _left_padded(rows: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """Rows of ids padded with 0 on the left to the longest ``(batch, longest)``, and the padding ``(batch, longest)`` bool."""
+    longest = max(len(row) for row in rows)
+    padded = torch.zeros(len(rows), longest, dtype=torch.long)
+    padding = torch.ones(len(rows), longest, dtype=torch.bool)
+    for index, row in enumerate(rows):
+        padded[index, longest - len(row) :] = row
+        padding[index, longest - len(row) :] = False
+    return padded, padding
 
 
 def _left_padding(prompt_padding: Tensor | None, prompt: Tensor) -> Tensor | None:

@@ -98,6 +98,7 @@ def continue_music(
     (:func:`multimodal.generation.beam.beam_search`) instead of samples. Returns the MIDI paths.
     """
     sampling = SamplingConfig.of(sampling, **options)
+    unconditional = unconditional_prompt(tokenizer, primer, sampling)  # before any file: refuses guidance without controls
     names = [f"sample_{index}" for index in range(num_samples)]
     out_dir = prepare_outputs(out_dir, names, overwrite, audio, soundfont)
     device = next(model.parameters()).device
@@ -113,9 +114,22 @@ def continue_music(
         generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
         prompt = torch.tensor([primer] * num_samples, device=device)
         tokens = generate(model, prompt, max_new_tokens, sampling, eos_id=tokenizer.eos_id, generator=generator,
-                          progress=progress)  # fmt: skip
+                          progress=progress, unconditional_prompt=unconditional)  # fmt: skip
     return [_write_sample(tokenizer, row, primer, out_dir / f"{name}.mid", name.replace("_", " "), audio,
                           sample_rate, soundfont) for name, row in zip(names, tokens.tolist(), strict=True)]  # fmt: skip
+
+
+def unconditional_prompt(tokenizer: MidiTokenizer, prompt: list[int], sampling: SamplingConfig) -> torch.Tensor | None:
+    """``(1, len(prompt))``: the prompt with its controls unknown, for ``sampling.guidance_scale != 1``; else None.
+
+    Raises:
+        ValueError: Guidance asked of a model without controls (it has nothing to be guided by).
+    """
+    if sampling.guidance_scale == 1.0:
+        return None
+    if not getattr(tokenizer.config, "controls", False):
+        raise ValueError("guidance_scale: this model has no controls to follow; train one with data.controls: true")
+    return torch.tensor([tokenizer.without_controls(prompt)])
 
 
 SAMPLE_SUFFIXES = (".mid", ".png", ".wav", "_spectrogram.png")
@@ -181,8 +195,10 @@ def continue_primers(
     names, written = list(primers), []
     for start in range(0, len(names), batch_size):
         chunk = names[start : start + batch_size]
+        unconditional = [unconditional_prompt(tokenizer, primers[name], sampling) for name in chunk]
         rows = generate_batch(model, [primers[name] for name in chunk], max_new_tokens, sampling,
-                              eos_id=tokenizer.eos_id, generator=generator)  # fmt: skip
+                              eos_id=tokenizer.eos_id, generator=generator,
+                              unconditional_prompts=None if unconditional[0] is None else [u[0] for u in unconditional])  # fmt: skip
         for name, row in zip(chunk, rows, strict=True):
             written.append(_write_sample(tokenizer, row.tolist(), primers[name], out_dir / f"{name}.mid", name,
                                          audio, sample_rate, soundfont))  # fmt: skip

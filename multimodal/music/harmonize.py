@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from multimodal.generation.config import SamplingConfig
+from multimodal.generation.guidance import GuidedModel
 from multimodal.generation.sample import sample_next
-from multimodal.music.continuation import prepare_outputs, write_audio
+from multimodal.music.continuation import prepare_outputs, unconditional_prompt, write_audio
 from multimodal.tokenizers.midi import NUM_PITCHES
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.music_controls import Controls
@@ -179,6 +180,9 @@ def constrained_decode(
     duration_ids = tokenizer.duration_offset + torch.arange(len(durations))
 
     head = [tokenizer.bos_id, *(tokenizer.control_ids(controls) if tokenizer.config.controls else [])]
+    unconditional = unconditional_prompt(tokenizer, head, sampling)
+    if unconditional is not None:  # classifier-free guidance: every call below runs both prompts
+        model = GuidedModel(model, unconditional, sampling.guidance_scale)
     ids, queue, time, next_group, sampled = list(head), [], 0, 0, 0
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
     device = next(model.parameters()).device

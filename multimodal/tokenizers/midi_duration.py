@@ -152,6 +152,20 @@ class MidiDurationTokenizer(MidiTokenizer):
         values = (controls or Controls()).values()
         return [self.event_to_token(name.upper(), value) for name, value in zip(CONTROL_NAMES, values, strict=True)]
 
+    def without_controls(self, ids: Any) -> list[int]:
+        """``ids`` with every control id replaced by its kind's ``unknown`` id (same length).
+
+        The unconditional prompt of classifier-free guidance (:mod:`multimodal.generation.guidance`).
+
+        Raises:
+            ValueError: This vocabulary has no controls.
+        """
+        unknown = self.control_ids(None)  # raises without controls
+        kinds = [self.token_to_event(token).kind for token in unknown]
+        ids = _as_id_array(ids).tolist()
+        return [unknown[kinds.index(self.token_to_event(token).kind)] if token >= self.control_offset else token
+                for token in ids]  # fmt: skip
+
     def controls_in(self, ids: Any) -> Controls:
         """The controls written in a sequence (the first of each kind; unknown where none is)."""
         found: dict[str, int | None] = {}

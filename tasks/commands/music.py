@@ -76,6 +76,9 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     directed.add_argument("--key", type=_control(parse_key), help="tonic and mode, e.g. 'G minor', 'Bb major'")
     directed.add_argument("--meter", type=_control(parse_meter), help="time signature, e.g. 3/4, 6/8")
     directed.add_argument("--density", type=_control(parse_density), help="notes per second, e.g. 4")
+    directed.add_argument("--guidance-scale", type=non_negative_float, default=1.0,
+                          help="classifier-free guidance: > 1 follows the controls more strictly (1: off; "
+                               "each step runs the model twice; docs/music.md)")  # fmt: skip
     parser.add_argument("--num-beams", type=count(MAX_BEAMS), default=1,
                         help=f"beam search: the --num-samples best of N beams instead of samples (at most "
                              f"{MAX_BEAMS})")  # fmt: skip
@@ -88,6 +91,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     nothing (the controls alone) when the run's music21 collections are not converted on this machine.
     """
     asked = [f"--{name}" for name in CONTROL_NAMES if getattr(args, name, None) is not None]
+    asked += ["--guidance-scale"] if args.guidance_scale != 1.0 else []
     if asked and not getattr(tokenizer.config, "controls", False):
         raise ValueError(f"{'/'.join(asked)}: this model was trained without controls; train one with "
                          "data.controls: true (docs/music.md)")  # fmt: skip

@@ -20,13 +20,14 @@ from multimodal.music import (
     primer_ids,
     read_primer,
 )
+from multimodal.music.continuation import unconditional_prompt
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
 from tasks.commands.music import pieces_at_hand, run_pieces
 from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
-SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0)
+SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P, GUIDANCE = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0), (0.0, 5.0)
 NOTHING = "(nothing: the controls lead)"  # the piece choice that starts from silence
 KEEP = 32  # request folders kept (Gradio serves its own copies): the server's disk use stays bounded
 
@@ -51,7 +52,7 @@ class MusicSession:
     def continue_primer(
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
-        density: float | None = None, harmonize: bool = False,
+        density: float | None = None, harmonize: bool = False, guidance_scale: float = 1.0,
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
@@ -65,12 +66,14 @@ class MusicSession:
         temperature = bounded("temperature", temperature, *TEMPERATURE)
         top_p = bounded("top-p", top_p, *TOP_P)
         seed = int(bounded("seed", seed, *SEEDS, whole=True))
+        guidance_scale = bounded("guidance", guidance_scale, *GUIDANCE)
         try:
             controls = parse_controls(style or None, key or None, meter or None, density or None)
         except ValueError as error:
             raise gr.Error(str(error)) from None
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale)
         if harmonize:
-            return self._harmonize(upload, controls, length, temperature, top_p, seed)
+            return self._harmonize(upload, controls, length, sampling, seed)
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -87,12 +90,11 @@ class MusicSession:
             raise gr.Error(f"Could not read the upload: {reason}") from None
         try:
             primer = primer_ids(notes, self.tokenizer, seconds, controls)
-        except ValueError as error:  # controls asked of a model without them
+            unconditional_prompt(self.tokenizer, primer, sampling)  # refuses guidance without controls
+        except ValueError as error:  # controls or guidance asked of a model without controls
             raise gr.Error(str(error)) from None
-        out = self._request_folder()
-        sampling = SamplingConfig(temperature=temperature, top_p=top_p)
-        (path,) = continue_music(self.task.model, self.tokenizer, primer, out, sampling, max_new_tokens=length,
-                                 seed=seed, audio=True)  # fmt: skip
+        (path,) = continue_music(self.task.model, self.tokenizer, primer, self._request_folder(), sampling,
+                                 max_new_tokens=length, seed=seed, audio=True)  # fmt: skip
         asked = f" Asked for {controls.describe()}." if any(v is not None for v in controls.values()) else ""
         message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events.{asked}"
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
@@ -104,7 +106,7 @@ class MusicSession:
         shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
         return self.folder / f"request_{number}"
 
-    def _harmonize(self, upload: str | None, controls, length: int, temperature: float, top_p: float,
+    def _harmonize(self, upload: str | None, controls, length: int, sampling: SamplingConfig,
                    seed: int) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The uploaded melody (its notes kept exactly) with the other parts written by the model."""
         import gradio as gr
@@ -114,7 +116,7 @@ class MusicSession:
         try:
             melody = check_melody(read_midi_notes(upload), Path(upload).name)
             (path,) = harmonize_to_files(self.task.model, self.tokenizer, melody, self._request_folder(),
-                                         SamplingConfig(temperature=temperature, top_p=top_p), controls=controls,
+                                         sampling, controls=controls,
                                          seed=seed, max_new_tokens=4 * length, audio=True)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
             raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
@@ -149,6 +151,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                     key = gr.Dropdown(["", *KEYS], value="", label="key")
                     meter = gr.Dropdown(["", *METERS[:-1]], value="", label="meter")
                     density = gr.Number(None, minimum=0.1, maximum=50, label="notes per second")
+                    guidance = gr.Slider(*GUIDANCE, value=1.0, step=0.5,
+                                         label="guidance (> 1: follow the controls more strictly)")  # fmt: skip
                 button = gr.Button("Continue", variant="primary")
             with gr.Column():
                 message = gr.Markdown()
@@ -156,6 +160,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 roll = gr.Image(label="piano roll: primer blue, continuation orange", type="filepath")
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
-                                                key, meter, density, harmonize],
+                                                key, meter, density, harmonize, guidance],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

@@ -51,6 +51,9 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     main(["generate", "--checkpoint", str(checkpoint), "--out", str(out), "--primer-seconds", "0", "--style", "chorale",
           "--key", "G minor", "--meter", "3/4", "--max-new-tokens", "48", "--seed", "0", "--no-audio"])  # fmt: skip
     assert "nothing" in capsys.readouterr().out
+    main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "guided"), "--primer-seconds", "0",
+          "--key", "G minor", "--guidance-scale", "3", "--max-new-tokens", "48", "--seed", "0", "--no-audio"])  # fmt: skip
+    assert (tmp_path / "guided" / "sample_0.mid").is_file()
     midi = pretty_midi.PrettyMIDI(str(out / "sample_0.mid"))
     assert midi.instruments and all(track.name in SATB for track in midi.instruments)  # one named track per part
     assert [track.name for track in midi.instruments] == [name for name in SATB if name in
@@ -104,7 +107,7 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     tune.write(str(tmp_path / "tune.mid"))
     main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "harmonized"), "--harmonize",
           str(tmp_path / "tune.mid"), "--parts", "alto", "tenor", "4", "--key", "G major", "--seed", "0",
-          "--no-audio", "--max-new-tokens", "64"])  # fmt: skip
+          "--no-audio", "--max-new-tokens", "64", "--guidance-scale", "2"])  # fmt: skip
     harmonized = pretty_midi.PrettyMIDI(str(tmp_path / "harmonized/sample_0.mid"))
     soprano = next(track for track in harmonized.instruments if track.name == "Soprano")
     assert [(n.pitch, round(n.start, 2), round(n.end, 2)) for n in soprano.notes] == [
@@ -128,6 +131,9 @@ def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chor
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--style", "jazz"],
                           capsys, monkeypatch)  # fmt: skip
     assert "--style" in line and "unknown style 'jazz'" in line
+    line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--guidance-scale", "2"],
+                          capsys, monkeypatch)  # fmt: skip
+    assert line.startswith("error: --guidance-scale: this model was trained without controls")
     assert not (tmp_path / "x").exists()
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--harmonize",
                            tmp_path / "none.mid"], capsys, monkeypatch)  # fmt: skip

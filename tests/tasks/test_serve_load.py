@@ -67,13 +67,16 @@ def test_the_music_function_checks_every_setting_and_refuses_a_non_midi_upload(m
     good = {"piece": piece, "upload": None, "seconds": 2.0, "length": 16, "temperature": 1.0, "top_p": 0.95, "seed": 0}
     bad = {"seconds": [0.5, 31, math.nan, None], "length": [0, 15, 1025, 10**9, 16.5, "many"],
            "temperature": [0.0, 1.6, math.inf, math.nan], "top_p": [0.4, 1.01, math.nan, -1],
-           "seed": [-1, 2**32, 0.5, math.nan, None]}  # fmt: skip
+           "seed": [-1, 2**32, 0.5, math.nan, None], "guidance_scale": [-0.5, 5.5, math.nan]}  # fmt: skip
     for name, values in bad.items():
         for value in values:
             with pytest.raises(gradio.Error) as refused:
                 session.continue_primer(**{**good, name: value})
             assert "\n" not in refused.value.message and ("outside" in refused.value.message
                                                           or "expected" in refused.value.message), (name, value)  # fmt: skip
+    if not tokenizer.config.controls:  # guidance needs controls to follow: one line, not a traceback
+        with pytest.raises(gradio.Error, match="no controls to follow"):
+            session.continue_primer(**{**good, "guidance_scale": 2.0})
     for path in _not_midi(tmp_path).values():
         with pytest.raises(gradio.Error) as refused:
             session.continue_primer(**{**good, "upload": str(path)})
