@@ -118,7 +118,7 @@ def train(seed: int, args: argparse.Namespace) -> Path:
 def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
     """The key, style, quality and NLL numbers of one trained model (module docstring)."""
     from multimodal.data.music21_corpus import load_music21_corpus
-    from multimodal.music import evaluate_continuations, overlaps, score_music
+    from multimodal.music import score_music
     from tasks.checkpoint import load_task
 
     task, tokenizer, data = load_task(checkpoint)
@@ -132,22 +132,31 @@ def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
 
     # quality per collection, and the test NLL
     test = splits["test"]
-    by_collection: dict[str, list[int]] = {}
-    for index, name in enumerate(test.names):
-        by_collection.setdefault(name.split("/")[0], []).append(index)
-    result["overlaps"] = {}
-    for collection, indices in sorted(by_collection.items()):
-        chosen = indices[: args.pieces]
-        generated, reference, _ = evaluate_continuations(
-            model, tokenizer, [test.notes[i] for i in chosen], primer_seconds=args.primer_seconds,
-            max_new_tokens=args.new_tokens, top_p=0.95, seed=seed, controls=[test.controls[i] for i in chosen])  # fmt: skip
-        found = overlaps(generated, reference)
-        result["overlaps"][collection] = {"pieces": len(chosen), "duration": found["duration"],
-                                          "polyphony": found["polyphony"]}  # fmt: skip
+    result["overlaps"] = collection_overlaps(model, tokenizer, test, seed, args)
     scores = [score_music(model, tokenizer, notes, data.get("seq_len", 256)) for notes in test.notes]
     total = sum(scores[1:], scores[0])
     result.update(test_nats_per_note=total.per_note, test_nats_per_second=total.per_second, test_pieces=len(test))
     return result
+
+
+def collection_overlaps(model, tokenizer, pieces, seed: int, args: argparse.Namespace, guidance_scale: float = 1.0) -> dict:
+    """Per collection: duration and polyphony overlaps of ``args.pieces`` of ``pieces`` continued with their own controls."""
+    from multimodal.music import evaluate_continuations, overlaps
+
+    by_collection: dict[str, list[int]] = {}
+    for index, name in enumerate(pieces.names):
+        by_collection.setdefault(name.split("/")[0], []).append(index)
+    found = {}
+    for collection, indices in sorted(by_collection.items()):
+        chosen = indices[: args.pieces]
+        generated, reference, _ = evaluate_continuations(
+            model, tokenizer, [pieces.notes[i] for i in chosen], primer_seconds=args.primer_seconds,
+            max_new_tokens=args.new_tokens, top_p=0.95, seed=seed, controls=[pieces.controls[i] for i in chosen],
+            guidance_scale=guidance_scale,
+        )  # fmt: skip
+        both = overlaps(generated, reference)
+        found[collection] = {"pieces": len(chosen), "duration": both["duration"], "polyphony": both["polyphony"]}
+    return found
 
 
 def control_accuracies(model, tokenizer, splits: dict, seed: int, args: argparse.Namespace, guidance_scale: float = 1.0,
@@ -216,7 +225,8 @@ def guidance(args: argparse.Namespace) -> None:
     model = task.model.eval()
     corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
     splits = {name: corpus.split(name, data.get("validation_percent", 10), data.get("test_percent", 10))
-              for name in ("train", "test")}  # fmt: skip
+              for name in ("train", "val", "test")}  # fmt: skip
+    pieces = splits["val" if args.stage == "select" else "test"]  # continued for the quality overlaps
     done = {(row["seed"], row["guidance_scale"]) for row in load(args.out)
             if row.get("stage") == args.stage and row.get("model") == args.model}  # fmt: skip
     for seed in args.seeds:
@@ -227,6 +237,7 @@ def guidance(args: argparse.Namespace) -> None:
             started = time.perf_counter()
             result = {"model": args.model, "seed": seed, "guidance_scale": scale,
                       **control_accuracies(model, tokenizer, splits, seed, args, scale, baseline=False),
+                      "overlaps": collection_overlaps(model, tokenizer, pieces, seed, args, scale),
                       "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
             record(args.out, result, stage=args.stage)
             print(json.dumps(result))
@@ -236,15 +247,17 @@ def guidance(args: argparse.Namespace) -> None:
 def guidance_table(rows: list[dict]) -> str:
     """Per stage, model and scale: key and style accuracy, mean ± sd over seeds."""
     rows = [row for row in rows if "guidance_scale" in row]
-    lines = ["| stage | model | guidance scale | seeds | key accuracy | style accuracy | seconds |",
-             "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = ["| stage | model | guidance scale | seeds | key accuracy | style accuracy | lowest duration overlap | "
+             "lowest polyphony overlap | seconds |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["stage"], row["model"], row["guidance_scale"]), []).append(row)
     for (stage, model, scale), group in sorted(groups.items()):
         lines.append(f"| {stage} | {model} | {scale:g} | {len(group)} | {spread([r['key_accuracy'] for r in group], 3)} | "
                      f"{spread([r['style_accuracy'] for r in group], 3)} | "
-                     f"{statistics.fmean(r['seconds'] for r in group):.0f} |")  # fmt: skip
+                     + " | ".join(spread([min(c[feature] for c in r["overlaps"].values()) for r in group], 3)
+                                  if all(r["overlaps"] for r in group) else "—" for feature in ("duration", "polyphony"))
+                     + f" | {statistics.fmean(r['seconds'] for r in group):.0f} |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from multimodal.generation.config import SamplingConfig
 from multimodal.generation.sample import generate
-from multimodal.music.continuation import primer_ids
+from multimodal.music.continuation import primer_ids, unconditional_prompt
 from multimodal.music.stats import ExcerptStats, excerpt_stats
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.music_controls import Controls
@@ -70,7 +70,7 @@ def evaluate_continuations(
         generator = torch.Generator(device=device).manual_seed(seed + index)
         tokens = generate(
             model, torch.tensor([primer], device=device), max_new_tokens, sampling, eos_id=tokenizer.eos_id,
-            generator=generator,
+            generator=generator, unconditional_prompt=unconditional_prompt(tokenizer, primer, sampling),
         )[0]  # fmt: skip
         sample = tokenizer.decode_notes(tokens)
         samples.append(sample)
