@@ -69,6 +69,9 @@ def main() -> None:
                         help="overrides of the generator's configs (model.init_args.model.dim=64)")
     parser.add_argument("--classifier-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides of the classifier's configs (trainer.max_time=00:00:01:00)")
+    parser.add_argument("--guidance-scales", type=float, nargs="+", default=[1.0],
+                        help="sample and score at each classifier-free guidance scale (not 1: a generator "
+                             "trained with --set model.init_args.model.class_dropout=0.1)")  # fmt: skip
     parser.add_argument("--test-images", type=int, default=None, help="score only the first N test images")
     parser.add_argument("--grid", type=Path, default=None, help="PNG of seed 0's samples, one row per class")
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "class_conditional")
@@ -83,9 +86,9 @@ def main() -> None:
         record(args.out, run_classifier(args), "classifier")
     else:
         for seed in args.seeds:
-            result = run_generator(args, seed)
-            record(args.out, result, "report")
-            print(result, flush=True)
+            for result in run_generator(args, seed):
+                record(args.out, result, "report")
+                print(result, flush=True)
     print(tables(load(args.out)))
 
 
@@ -138,8 +141,8 @@ def run_classifier(args: argparse.Namespace) -> dict:
             "test_acc_quantised": classification_accuracy_score(classifier, quantised, labels, 10).overall}  # fmt: skip
 
 
-def run_generator(args: argparse.Namespace, seed: int) -> dict:
-    """Trains one class-conditional generator; its test bits/dim and CAS."""
+def run_generator(args: argparse.Namespace, seed: int) -> list[dict]:
+    """Trains one class-conditional generator; its test bits/dim and CAS, one result per guidance scale."""
     from multimodal.images.generation import sample_images
     from multimodal.tokenizers.image import pixels_to_tokens
     from multimodal.viz import image_grid_png
@@ -162,20 +165,23 @@ def run_generator(args: argparse.Namespace, seed: int) -> dict:
     test_bpd = nll / tokens.numel() / torch.log(torch.tensor(2.0)).item()
 
     requested = torch.arange(10).repeat_interleave(args.per_class)
-    start = time.perf_counter()
-    samples = sample_images(model, len(requested), labels=requested, temperature=1.0, batch_size=250,
-                            generator=torch.Generator().manual_seed(seed))  # fmt: skip
-    sample_s = time.perf_counter() - start
-    score = classification_accuracy_score(classifier, samples.float() / 255, requested, len(class_names))
-    if args.grid is not None and seed == args.seeds[0]:
-        columns = min(10, args.per_class)
-        rows = torch.stack([samples[requested == c][:columns] for c in range(10)]).flatten(0, 1)
-        image_grid_png(rows, args.grid, nrow=columns)
-    per_class = dict(zip(class_names, score.per_class.tolist(), strict=True))
-    return {"seed": seed, "levels": args.levels, "minutes": args.minutes, "fit_s": round(fit_s),
-            "steps": torch.load(last, map_location="cpu", weights_only=True)["global_step"],
-            "test_bpd": test_bpd, "cas": score.overall, "per_class": per_class,
-            "sample_s": round(sample_s, 1), "samples": len(requested)}  # fmt: skip
+    results = []
+    for scale in args.guidance_scales:
+        start = time.perf_counter()
+        samples = sample_images(model, len(requested), labels=requested, temperature=1.0, batch_size=250,
+                                generator=torch.Generator().manual_seed(seed), guidance_scale=scale)  # fmt: skip
+        sample_s = time.perf_counter() - start
+        score = classification_accuracy_score(classifier, samples.float() / 255, requested, len(class_names))
+        if args.grid is not None and seed == args.seeds[0] and scale == args.guidance_scales[-1]:
+            columns = min(10, args.per_class)
+            rows = torch.stack([samples[requested == c][:columns] for c in range(10)]).flatten(0, 1)
+            image_grid_png(rows, args.grid, nrow=columns)
+        per_class = dict(zip(class_names, score.per_class.tolist(), strict=True))
+        results.append({"seed": seed, "levels": args.levels, "minutes": args.minutes, "fit_s": round(fit_s),
+                        "steps": torch.load(last, map_location="cpu", weights_only=True)["global_step"],
+                        "test_bpd": test_bpd, "cas": score.overall, "per_class": per_class, "guidance_scale": scale,
+                        "overrides": args.set, "sample_s": round(sample_s, 1), "samples": len(requested)})  # fmt: skip
+    return results
 
 
 def tables(results: list[dict]) -> str:
@@ -186,7 +192,11 @@ def tables(results: list[dict]) -> str:
         lines.append(f"| ViT, shipped Fashion-MNIST recipe | {r['test_acc']:.4f} | "
                      f"{r['test_acc_quantised']:.4f} ({r['levels']} levels) |")  # fmt: skip
     report = [r for r in results if r["stage"] == "report"]
-    groups = grouped([{**r, "model": f"{r['levels']} levels, {r['minutes']:g} min"} for r in report])
+    groups = grouped([{**r, "model": f"{r['levels']} levels, {r['minutes']:g} min"
+                       + "".join(f", {key.rsplit('.', 1)[-1]}={value}"
+                                 for key, value in (pair.split("=", 1) for pair in r.get("overrides", [])))
+                       + (f", guidance {r['guidance_scale']:g}" if r.get("guidance_scale", 1.0) != 1.0 else "")}
+                      for r in report])  # fmt: skip
     if groups:
         lines += ["", "| generator | seeds | steps | test bits/dim | **CAS** | weakest class |",
                   "|---|---:|---:|---:|---:|---|"]  # fmt: skip

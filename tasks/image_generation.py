@@ -79,6 +79,9 @@ class ImageGeneration(Task):
     def nll(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
         """Summed NLL in nats over every sub-pixel of a batch of images, and the number of sub-pixels."""
         tokens, labels = batch
+        if self.config.class_dropout and self.training:  # some images learned without their class (guidance)
+            hidden = torch.rand(labels.shape, device=labels.device) < self.config.class_dropout
+            labels = labels.masked_fill(hidden, self.model.no_class_id)
         logits = self.model(self.model.inputs(tokens), labels if self.config.class_conditional else None)
         return F.cross_entropy(
             logits.flatten(0, 1).float(), tokens.flatten(), reduction="sum"

@@ -335,8 +335,11 @@ def test_class_conditional_scores_samples_with_the_trained_classifier(tmp_path):
     assert classifier["stage"] == "classifier" and 0 <= classifier["test_acc_quantised"] <= 1
     assert classifier["test_acc"] > 0.3  # 60 steps of 64 images are far above chance (0.1)
     _run("class_conditional.py", *common, "--seeds", "0", "--minutes", "0.15", "--per-class", "2", "--grid", str(grid),
-         "--set", *tiny, "model.init_args.model.num_heads=2")  # fmt: skip
-    report = _rows(out)[1]
+         "--guidance-scales", "1", "3", "--set", *tiny, "model.init_args.model.num_heads=2",
+         "model.init_args.model.class_dropout=0.2")  # fmt: skip
+    report, guided = _rows(out)[1:]
+    assert (report["guidance_scale"], guided["guidance_scale"]) == (1.0, 3.0) and guided["samples"] == 20
+    assert guided["test_bpd"] == report["test_bpd"] and 0 <= guided["cas"] <= 1  # one generator, two samplings
     assert report["stage"] == "report" and report["samples"] == 20 and report["steps"] > 0
     assert len(report["per_class"]) == 10 and math.isfinite(report["test_bpd"]) and 0 < report["test_bpd"] < 4
     # two samples per class: each class scores 0, 1/2 or 1, and the overall score is their mean
@@ -346,4 +349,5 @@ def test_class_conditional_scores_samples_with_the_trained_classifier(tmp_path):
 
     width, height = Image.open(grid).size
     assert 4.5 * width < height < 5.5 * width  # one row per class: ten rows of two samples
-    assert "CAS >= 0.70" in _run("class_conditional.py", "--table", "--out", str(out))
+    table = _run("class_conditional.py", "--table", "--out", str(out))
+    assert "CAS >= 0.70" in table and "class_dropout=0.2, guidance 3 |" in table

@@ -51,20 +51,30 @@ def sample_images(
         use_cache: KV-cached decoding (each step costs the local window); False re-runs the prefix.
         batch_size: Images decoded together.
         progress: Show a progress bar per batch (generation is slow: one step per sub-pixel).
+
+    ``sampling.guidance_scale != 1`` samples with classifier-free guidance
+    (:mod:`multimodal.generation.guidance`) between each label and the "no class" label, which a
+    model trained with ``class_dropout > 0`` knows.
     """
     sampling = SamplingConfig.of(sampling, **options)
     config = model.config
     if config.class_conditional and labels is None:
         raise ValueError("this model is class-conditional: pass labels=(num_images,) class ids")
+    guided = sampling.guidance_scale != 1.0
+    if guided and model.no_class_id is None:
+        raise ValueError("guidance_scale needs a class-conditional model trained with class_dropout > 0 "
+                         "(it learns the images without their class too)")  # fmt: skip
     device = next(model.parameters()).device
     images = []
     for start in range(0, num_images, batch_size):
         count = min(batch_size, num_images - start)
         batch_labels = None if labels is None else labels[start : start + count].to(device)
         prompt = torch.full((count, 1), model.bos_id, dtype=torch.long, device=device)
+        if guided:  # the guided rows' twins ask for "no class"; their prompt is the same BOS
+            batch_labels = torch.cat([batch_labels, torch.full_like(batch_labels, model.no_class_id)])
         tokens = generate(
             _Bound(model, batch_labels), prompt, config.seq_len, sampling, generator=generator, use_cache=use_cache,
-            progress=progress,
+            progress=progress, unconditional_prompt=prompt if guided else None,
         )  # fmt: skip
         images.append(
             tokens_to_pixels(tokens[:, 1:], config.height, config.width, config.channels, config.num_levels)

@@ -155,6 +155,10 @@ class ImageTransformerConfig(Presets, TransformerConfig):
             ``class_conditional``.
         class_conditional: Add a learned class embedding to every position, so samples can be
             drawn per class.
+        class_dropout: Class-conditional training replaces a label by the extra "no class" id
+            ``num_classes`` with this probability, so the model also learns the images without
+            their class: what sampling with classifier-free guidance needs (``guidance_scale``,
+            :func:`multimodal.images.sample_images`). 0: no "no class" embedding (the earlier layout).
         pixel_positions: ``"absolute"``: learned row, column and channel embeddings added to the
             input (Parmar et al.); ``"none"``: rely on ``position="relative"`` alone.
     """
@@ -172,6 +176,7 @@ class ImageTransformerConfig(Presets, TransformerConfig):
     num_levels: int = 256
     num_classes: int = 0
     class_conditional: bool = False
+    class_dropout: float = 0.0
     pixel_positions: Literal["absolute", "none"] = "absolute"
 
     def __post_init__(self) -> None:
@@ -185,6 +190,8 @@ class ImageTransformerConfig(Presets, TransformerConfig):
             )
         if self.class_conditional and self.num_classes < 1:
             raise ValueError("class_conditional=True needs num_classes >= 1 (linked from the data module)")
+        if not 0 <= self.class_dropout < 1 or (self.class_dropout and not self.class_conditional):
+            raise ValueError(f"class_dropout must be in [0, 1) and needs class_conditional=True, got {self.class_dropout}")
         if self.pixel_positions not in ("absolute", "none"):
             raise ValueError(f"pixel_positions must be 'absolute' or 'none', got {self.pixel_positions!r}")
         self.max_seq_len = self.height * self.width * self.channels

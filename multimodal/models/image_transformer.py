@@ -40,9 +40,9 @@ class ImageTransformer(nn.Module):
             if config.pixel_positions == "absolute"
             else None
         )
-        self.class_embedding = (
-            nn.Embedding(config.num_classes, config.dim) if config.class_conditional else None
-        )
+        # with class_dropout, one more row: the "no class" id num_classes (classifier-free guidance)
+        classes = config.num_classes + (1 if config.class_dropout else 0)
+        self.class_embedding = nn.Embedding(classes, config.dim) if config.class_conditional else None
         self.decoder = Decoder(config)
         self.head = nn.Linear(config.dim, config.num_levels)
         init_weights(self, config.num_layers)
@@ -60,6 +60,7 @@ class ImageTransformer(nn.Module):
         Args:
             tokens: Input ids ``(batch, seq)``: BOS, then the intensity ids so far.
             labels: Class ids ``(batch,)``; required by a class-conditional model, else ignored.
+                With ``class_dropout``, the id ``num_classes`` is "no class" (:attr:`no_class_id`).
             state: From :meth:`new_state`, for cached incremental decoding.
         """
         if tokens.dim() != 2:
@@ -78,6 +79,11 @@ class ImageTransformer(nn.Module):
                 raise ValueError("this model is class-conditional: pass labels (batch,) of class ids")
             x = x + self.class_embedding(labels)[:, None]
         return self.head(self.decoder(x, state=state))
+
+    @property
+    def no_class_id(self) -> int | None:
+        """The "no class" label a model trained with ``class_dropout`` knows (``num_classes``), else None."""
+        return self.config.num_classes if self.config.class_conditional and self.config.class_dropout else None
 
     def new_state(self) -> DecodingState:
         """An empty decoding state (local attention caches only the keys still visible)."""

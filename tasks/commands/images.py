@@ -35,7 +35,7 @@ from multimodal.images import (
 from multimodal.limits import MAX_BATCH_SIZE, MAX_OUTPUT_PIXELS, MAX_SAMPLES
 from multimodal.models.super_resolution import bicubic_upsample
 from multimodal.viz import side_by_side_png
-from tasks.arguments import count, non_negative_int, positive_int, sampling_from_args
+from tasks.arguments import count, non_negative_float, non_negative_int, positive_int, sampling_from_args
 from tasks.commands import TaskCommands
 
 
@@ -48,10 +48,16 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
                         help="class id for every image (class-conditional models; default: cycle through classes)")  # fmt: skip
     parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=64,
                         help=f"images decoded together (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
+    parser.add_argument("--guidance-scale", type=non_negative_float, default=1.0,
+                        help="classifier-free guidance toward the class: > 1 follows it more strictly (1: off; "
+                             "models trained with class_dropout > 0; docs/image_generation.md)")  # fmt: skip
 
 
 def run_generation(model: nn.Module, tokenizer: Any, args: argparse.Namespace, data: Mapping[str, Any]) -> None:
     """Writes ``sample_<i>.png`` (native size) and ``grid.png`` to ``args.out``."""
+    if args.guidance_scale != 1.0 and getattr(model, "no_class_id", None) is None:
+        raise ValueError("--guidance-scale: this model has no 'no class' label to guide against; train a "
+                         "class-conditional one with model.class_dropout > 0 (docs/image_generation.md)")  # fmt: skip
     out = Path(args.out)
     claim_paths(sample_image_files(out, args.num_samples), args.overwrite)
     if args.seed is not None:

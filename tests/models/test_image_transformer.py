@@ -6,6 +6,7 @@ import torch
 from multimodal.images import sample_images
 from multimodal.models.config import ImageTransformerConfig
 from multimodal.models.image_transformer import ImageTransformer, PixelPositionEmbedding
+from multimodal.tokenizers.image import tokens_to_pixels
 
 ATTENTION = {
     "full": dict(attention="full"),
@@ -89,3 +90,25 @@ def test_config_derives_sequence_length_and_raster_grid():
     assert config.local_grid_width == 28 * 3
     with pytest.raises(ValueError, match="num_classes >= 1"):
         ImageTransformerConfig(class_conditional=True, num_classes=0)
+
+
+def test_guided_class_sampling_equals_a_naive_loop_over_label_and_no_class():
+    model = _model("full", class_conditional=True, class_dropout=0.1, height=2, width=3, channels=1)
+    assert model.no_class_id == 3 and model.class_embedding.num_embeddings == 4
+    labels, scale = torch.tensor([2, 0]), 2.5
+    guided = sample_images(model, 2, labels=labels, temperature=0, guidance_scale=scale)
+    tokens = torch.full((2, 1), model.bos_id)
+    with torch.no_grad():
+        for _ in range(6):  # greedy over log p(x | none) + s (log p(x | label) - log p(x | none)), full forwards
+            conditional = model(tokens, labels)[:, -1].log_softmax(-1)
+            unconditional = model(tokens, torch.full_like(labels, 3))[:, -1].log_softmax(-1)
+            tokens = torch.cat([tokens, (unconditional + scale * (conditional - unconditional)).argmax(-1, keepdim=True)], 1)
+    assert torch.equal(guided, tokens_to_pixels(tokens[:, 1:], 2, 3, 1, num_levels=8))
+    assert not torch.equal(guided, sample_images(model, 2, labels=labels, temperature=0))  # guidance moved it
+
+
+def test_guidance_needs_a_model_trained_with_class_dropout():
+    with pytest.raises(ValueError, match="guidance_scale needs"):
+        sample_images(_model(class_conditional=True), 1, labels=torch.tensor([0]), guidance_scale=2.0)
+    with pytest.raises(ValueError, match="class_dropout"):
+        ImageTransformerConfig(class_dropout=0.1)  # not class-conditional

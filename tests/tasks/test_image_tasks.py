@@ -119,3 +119,31 @@ def test_autoregressive_super_resolution_fits_and_samples(tmp_path):
     task, _, _ = load_task(last)
     assert isinstance(task, AutoregressiveSuperResolution)
     assert task(torch.rand(1, 3, 4, 4)).shape == (1, 3, 8, 8)
+
+
+def test_class_dropout_hides_labels_in_training_only_and_guidance_is_refused_without_it(tmp_path, capsys, monkeypatch):
+    from multimodal.models.config import ImageTransformerConfig
+
+    config = ImageTransformerConfig(dim=16, num_layers=1, num_heads=2, ff_dim=32, height=2, width=2, num_levels=4,
+                                    num_classes=3, class_conditional=True, class_dropout=0.5)  # fmt: skip
+    task = ImageGeneration(model=config)
+    seen = []
+    forward = task.model.forward
+    monkeypatch.setattr(task.model, "forward", lambda tokens, labels=None, **kw: seen.append(labels) or forward(tokens, labels, **kw))
+    labels = torch.arange(400) % 3
+    tokens = torch.randint(0, 4, (400, 4))
+    task.train()
+    task.nll((tokens, labels))
+    hidden = seen[-1] == 3
+    assert 0.4 < hidden.float().mean() < 0.6 and torch.equal(seen[-1][~hidden], labels[~hidden])
+    task.eval()
+    task.nll((tokens, labels))
+    assert torch.equal(seen[-1], labels)  # validation scores every image with its class
+
+    from test_reliability import one_line_error
+
+    main(["fit", *GENERATION])
+    last = tmp_path / "outputs/image_generation/lightning_logs/version_0/checkpoints/last.ckpt"
+    line = one_line_error(["generate", "--checkpoint", last, "--out", tmp_path / "g", "--guidance-scale", "2"],
+                          capsys, monkeypatch)  # fmt: skip
+    assert line.startswith("error: --guidance-scale: this model has no 'no class' label")
