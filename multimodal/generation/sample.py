@@ -122,9 +122,9 @@ def generate_stream(
     if sampling.num_beams > 1:
         raise ValueError("beam search decides its tokens at the end; it does not stream (use generate)")
     check_max_new_tokens(model, max_new_tokens)
-    model = guided(model, sampling, unconditional_prompt, prompt)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt must be token ids (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}")
+    model = guided(model, sampling, unconditional_prompt, prompt)
     pads = _left_padding(prompt_padding, prompt)  # (batch,) padding tokens before each prompt, or None
     stops = tuple(dict.fromkeys([*([] if eos_id is None else [eos_id]), *sampling.stop_ids]))
     was_training = model.training
