@@ -77,8 +77,7 @@ class SamplingConfig:
             raise ValueError(f"num_beams must be in [1, {MAX_BEAMS}], got {self.num_beams}")
         if not math.isfinite(self.length_penalty):
             raise ValueError(f"length_penalty must be a finite number, got {self.length_penalty}")
-        if not (math.isfinite(self.guidance_scale) and self.guidance_scale >= 0):
-            raise ValueError(f"guidance_scale must be a finite number >= 0 (1: no guidance), got {self.guidance_scale}")
+        check_guidance_scale(self.guidance_scale)
         if self.num_beams > 1 and self.sampling_options():
             raise ValueError(f"num_beams > 1 is deterministic beam search; it does not take "
                              f"{', '.join(self.sampling_options())}")  # fmt: skip
@@ -123,6 +122,12 @@ class DecodingModel(Protocol):
     def new_state(self) -> Any: ...
 
     def __call__(self, tokens: Tensor, *, state: Any = None) -> Tensor: ...
+
+
+def check_guidance_scale(scale: float) -> None:
+    """Raises ``ValueError`` unless ``scale`` is a finite number >= 0 (classifier-free guidance; 1: off)."""
+    if not (math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"guidance_scale must be a finite number >= 0 (1: no guidance), got {scale}")
 
 
 def check_max_new_tokens(model: Any, max_new_tokens: int) -> None:

@@ -20,12 +20,13 @@ music controls are fixed-length: a control is replaced by its ``unknown`` id).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from multimodal.generation.config import check_guidance_scale
 
 
 @dataclass
@@ -54,8 +55,7 @@ class GuidedModel(nn.Module):
         super().__init__()
         if unconditional_prompt.dim() != 2 or unconditional_prompt.shape[1] == 0:
             raise ValueError(f"unconditional_prompt must be ids (batch, prompt_len >= 1), got {tuple(unconditional_prompt.shape)}")
-        if not (math.isfinite(scale) and scale >= 0):
-            raise ValueError(f"guidance_scale must be a finite number >= 0 (1: no guidance), got {scale}")
+        check_guidance_scale(scale)
         self.model = model
         self.unconditional_prompt = unconditional_prompt
         self.scale = float(scale)
