@@ -81,6 +81,8 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="+", default=["shipped"],
                         help="digits, fashion: RECIPES or OPTIONS names, joined by +")
     parser.add_argument("--budget", type=float, default=2.5, help="fashion --stage select: minutes per recipe")
+    parser.add_argument("--report-budget", type=float, default=10.0,
+                        help="fashion --stage report: minutes of training per run (issue 35 asks 0.91 in 30)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="digits, fashion: config overrides for every training run, e.g. trainer.max_epochs=20")
     parser.add_argument("--out", type=Path, default=None, help="default: outputs/vit_<section>.jsonl")
@@ -176,6 +178,9 @@ RECIPES = {
     "no label smoothing": ["--model.init_args.label_smoothing=0.0"],
     "8 heads": ["--model.init_args.model.num_heads=8"],
     "dim 96, 6 layers": ["--model.init_args.model.dim=96", "--model.init_args.model.num_layers=6"],
+    "patch 4": ["--model.init_args.model.patch_size=4"],
+    "conv stem 16": ["--model.init_args.model.stem_channels=[16]"],
+    "conv stem 32": ["--model.init_args.model.stem_channels=[32]"],
 }
 """Fashion-MNIST recipes: command-line overrides of the shipped configs."""
 
@@ -236,31 +241,35 @@ def fashion_protocol(args: argparse.Namespace) -> None:
     for seed in seeds:
         for name in args.recipes:
             extra = recipe_arguments(FASHION_CONFIGS, name) + _overrides(args.set)
-            if args.stage == "select":
-                minutes = int(args.budget * 60)
-                extra.append(f"--trainer.max_time=00:00:{minutes // 60:02d}:{minutes % 60:02d}")
+            budget = args.budget if args.stage == "select" else args.report_budget
+            seconds = int(budget * 60)
+            extra.append(f"--trainer.max_time=00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}")
             job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
                    "test": args.stage == "report", "extra": extra}  # fmt: skip
-            result = _run(job)
-            record(args.out, {"recipe": name, "seed": seed, **result}, args.stage)
-            print(json.dumps({"recipe": name, "seed": seed, **result}), flush=True)
+            row = {"recipe": name, "seed": seed, "budget_minutes": budget, **_run(job)}
+            record(args.out, row, args.stage)
+            print(json.dumps(row), flush=True)
     print(fashion_protocol_tables(load(args.out)))
 
 
 def fashion_protocol_tables(results: list[dict]) -> str:
     """Recipe selection (validation accuracy) and the report (mean ± sd over seeds, test accuracy)."""
     lines = ["Selection on the 6,000 validation images (short budget, final weights):", "",
-             "| recipe | validation accuracy | epochs | train images/s |", "|---|---:|---:|---:|"]  # fmt: skip
+             "| recipe | minutes | validation accuracy | epochs | train images/s |", "|---|---:|---:|---:|---:|"]  # fmt: skip
     for r in (r for r in results if r["stage"] == "select"):
-        lines.append(f"| {r['recipe']} | {r['val_acc']:.4f} | {r['epochs']:.2f} | {r['train_images_per_s']:.0f} |")
-    report = [r for r in results if r["stage"] == "report"]
-    if report:
+        lines.append(f"| {r['recipe']} | {r.get('budget_minutes', '')} | {r['val_acc']:.4f} | {r['epochs']:.2f} | "
+                     f"{r['train_images_per_s']:.0f} |")  # fmt: skip
+    groups: dict[tuple, list[dict]] = {}
+    for r in (r for r in results if r["stage"] == "report"):
+        groups.setdefault((r["recipe"], r.get("budget_minutes", 10.0)), []).append(r)
+    for (recipe, minutes), report in groups.items():
         accuracies = [r["test_acc"] for r in report]
-        lines += ["", "Report on the 10,000 test images (10 minutes of training each):", "",
+        target = 0.91 if minutes >= 30 else 0.89  # issue 35: 0.91 in 30 minutes; the earlier 10-minute bar 0.89
+        lines += ["", f"Report on the 10,000 test images ({minutes:g} minutes of training each):", "",
                   "| recipe | runs | epochs | validation accuracy | test accuracy |", "|---|---:|---:|---:|---:|",
-                  f"| {report[0]['recipe']} | {len(report)} | {spread([r['epochs'] for r in report], 2)} | "
+                  f"| {recipe} | {len(report)} | {spread([r['epochs'] for r in report], 2)} | "
                   f"{spread([r['val_acc'] for r in report])} | {spread(accuracies)} |",
-                  f"\ntest accuracy >= 0.89: {verdict(accuracies, 0.89, lower_is_better=False)}"]  # fmt: skip
+                  f"\ntest accuracy >= {target}: {verdict(accuracies, target, lower_is_better=False)}"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

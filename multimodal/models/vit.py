@@ -1,6 +1,7 @@
 """Vision Transformer classifier built from the shared blocks (Dosovitskiy et al. 2021).
 
-Images are cut into non-overlapping patches (:func:`multimodal.tokenizers.image.patchify`, each
+Images (or the feature maps of an optional convolutional stem, ``stem_channels``) are cut into
+non-overlapping patches (:func:`multimodal.tokenizers.image.patchify`, each
 flattened ``(p1 p2 c)``), linearly embedded, prefixed with a class token (``pooling="cls"``), and
 run through a bidirectional :class:`~multimodal.layers.Encoder` (pre-norm blocks, fused ``qkv``,
 exact GELU, final LayerNorm — timm's ``VisionTransformer`` layout). Positions are either learned
@@ -44,6 +45,7 @@ class ViT(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = config
+        self.stem = _conv_stem(config.channels, config.stem_channels)
         self.patch_embed = nn.Linear(config.patch_dim, config.dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.dim)) if config.pooling == "cls" else None
         self.encoder = Encoder(config)
@@ -75,7 +77,8 @@ class ViT(nn.Module):
     def _embed(self, images: Tensor) -> Tensor:
         """Patch embeddings, class token first: ``(batch, prefix + num_patches, dim)``."""
         self._check(images)
-        tokens = self.patch_embed(patchify(images, self.config.patch_size))  # (b, num_patches, dim)
+        features = self.stem(images) if self.stem is not None else images  # (b, stem or c, h, w)
+        tokens = self.patch_embed(patchify(features, self.config.patch_size))  # (b, num_patches, dim)
         if self.cls_token is not None:
             tokens = torch.cat(
                 [self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype), tokens], dim=1
@@ -141,6 +144,18 @@ def _resample_position_parameters(module: ViT, state_dict: dict[str, Any], prefi
         ):
             size = new_grid[0] if name.endswith("rows") else new_grid[1]
             state_dict[name] = resample_offset_table(state_dict[name], size)
+
+
+def _conv_stem(channels: int, widths: tuple[int, ...]) -> nn.Sequential | None:
+    """3x3 convolutions (stride 1, same padding), each followed by GELU: ``(b, channels, h, w)`` ->
+    ``(b, widths[-1], h, w)``; None without widths."""
+    if not widths:
+        return None
+    layers: list[nn.Module] = []
+    for width in widths:
+        layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1), nn.GELU()]
+        channels = width
+    return nn.Sequential(*layers)
 
 
 def _init_weights(module: nn.Module) -> None:

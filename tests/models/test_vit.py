@@ -119,6 +119,48 @@ def test_resampling_keeps_constant_embeddings_constant():
     assert resize_positions(weight, 1 + 9, (3, 3), (3, 3)) is weight
 
 
+def _naive_conv_gelu(images: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A 3x3, stride-1, zero-padded convolution and exact GELU, written out sum by sum."""
+    batch, _, height, width = images.shape
+    padded = torch.zeros(batch, images.shape[1], height + 2, width + 2, dtype=torch.float64)
+    padded[:, :, 1:-1, 1:-1] = images.double()
+    out = bias.double().view(1, -1, 1, 1).repeat(batch, 1, height, width)
+    for dy in range(3):
+        for dx in range(3):  # (b, c, h, w) x (o, c) -> (b, o, h, w)
+            out += torch.einsum("bchw,oc->bohw", padded[:, :, dy : dy + height, dx : dx + width], weight[:, :, dy, dx].double())
+    return 0.5 * out * (1 + torch.erf(out / 2**0.5))
+
+
+def test_conv_stem_patches_the_convolved_image():
+    """A ViT with a stem = the same ViT over the stem's feature maps, the stem computed by hand."""
+    torch.manual_seed(0)
+    stem = ViT(micro(stem_channels=(4, 6))).double()
+    plain = ViT(micro(channels=6)).double()
+    assert stem.config.patch_dim == plain.config.patch_dim == 2 * 2 * 6
+    plain.load_state_dict({k: v for k, v in stem.state_dict().items() if not k.startswith("stem.")})  # strict
+    images = torch.rand(2, 1, 8, 8, dtype=torch.float64)
+    features = images
+    for conv in (stem.stem[0], stem.stem[2]):
+        features = _naive_conv_gelu(features, conv.weight.detach(), conv.bias.detach())
+    torch.testing.assert_close(stem(images), plain(features))
+    stem(images).sum().backward()
+    assert stem.stem[0].weight.grad.abs().sum() > 0  # the stem learns
+    assert ViT(micro()).stem is None and "stem.0.weight" not in ViT(micro()).state_dict()  # no stem: timm's layout
+    with pytest.raises(ValueError, match="stem_channels must be positive"):
+        micro(stem_channels=(4, 0))
+
+
+def test_conv_stem_survives_a_model_folder(tmp_path):
+    from multimodal.convert.folder import load, save_model_folder
+
+    model = ViT(micro(stem_channels=[5])).eval()
+    loaded, _ = load(save_model_folder(model, tmp_path / "vit"))
+    assert loaded.config.stem_channels == (5,)
+    images = torch.rand(2, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(images), model(images), atol=0, rtol=0)
+
+
 def test_weight_decay_skips_tokens_positions_norms_and_biases():
     skip = ViT(micro(position="relative2d")).no_weight_decay() | ViT(micro()).no_weight_decay()
     assert {"cls_token", "encoder.positions.weight", "encoder.norm.weight", "head.bias"} <= skip
