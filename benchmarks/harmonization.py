@@ -14,6 +14,10 @@ real chorales over the same seconds:
 - the duration and polyphony overlaps of the whole excerpt (:mod:`multimodal.music.stats`);
 - the wall time of one harmonization, float32 and ``--quantize int8``.
 
+``--avoid-parallels`` harmonizes with the decoding rule that masks parallel fifths and octaves
+(:class:`multimodal.music.voice_leading.ParallelsRule`); rows say which (``avoid_parallels``) and
+the table has a column for each.
+
 Rows append to ``--out`` per seed. Usage (alone on the machine)::
 
     flock /tmp/bench.lock python benchmarks/harmonization.py
@@ -36,6 +40,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread
 
+from multimodal.music.voice_leading import voice_leading
+
 ROOT = Path(__file__).resolve().parents[1]
 VOICES = (0, 1, 2, 3)  # soprano, alto, tenor, bass
 
@@ -46,6 +52,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--pieces", type=int, default=None, help="at most this many test chorales")
+    parser.add_argument("--avoid-parallels", action="store_true", help="harmonize with the parallels rule")
     parser.add_argument("--table", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "harmonization.jsonl")
     args = parser.parse_args()
@@ -79,17 +86,21 @@ def run(args: argparse.Namespace) -> None:
             soprano = piece[piece[:, 4] == 0]
             started = time.perf_counter()
             ids = harmonize(model, tokenizer, soprano, parts=[1, 2, 3], controls=test.controls[index], top_p=0.95,
-                            generator=torch.Generator().manual_seed(seed * 1000 + index))  # fmt: skip
+                            generator=torch.Generator().manual_seed(seed * 1000 + index),
+                            avoid_parallels=args.avoid_parallels)  # fmt: skip
             seconds.append(time.perf_counter() - started)
             generated.append(tokenizer.decode_notes(ids))
             kept, given = generated[-1][generated[-1][:, 4] == 0], on_grid(tokenizer, soprano)
             assert np.allclose(kept[np.lexsort(kept.T[:2])][:, :3], given[np.lexsort(given.T[:2])][:, :3]), \
                 "the soprano must come back exactly"  # fmt: skip
-        row = {"day": day, "model": args.model, "seed": seed, "pieces": len(chosen), "melody_seconds": args.seconds,
+        row = {"day": day, "model": args.model, "seed": seed, "avoid_parallels": args.avoid_parallels,
+               "pieces": len(chosen), "melody_seconds": args.seconds,
                "generated": measure(generated, ranges, real), "real": reference,
                "harmonize_seconds": {"median": statistics.median(seconds), "max": max(seconds)}}  # fmt: skip
         record(args.out, row, "report")
         print(json.dumps(row))
+    if args.avoid_parallels:
+        return  # the int8 timing is the plain decoder's
     quantize_model(model)
     times = []
     for index, piece in zip(chosen[:8], real[:8], strict=False):
@@ -122,49 +133,6 @@ def part_ranges(pieces: list[np.ndarray]) -> dict[int, tuple[int, int]]:
     return {part: (min(values), max(values)) for part, values in pitches.items() if values}
 
 
-def sounding(notes: np.ndarray, part: int, times: np.ndarray) -> np.ndarray:
-    """The pitch ``part`` sounds at each of ``times`` (the highest if several), -1 where it rests."""
-    voice = notes[notes[:, 4] == part]
-    out = np.full(len(times), -1)
-    for pitch, start, end in voice[:, :3]:
-        hit = (times >= start - 1e-6) & (times < end - 1e-6)
-        out[hit] = np.maximum(out[hit], int(pitch))
-    return out
-
-
-def voice_leading(notes: np.ndarray) -> dict[str, int]:
-    """Counts over every pair of :data:`VOICES` and consecutive onsets of ``notes`` ``(n, 5)``.
-
-    ``motions``: consecutive onsets where both parts sound and at least one moves (the note pairs);
-    ``fifths`` / ``octaves``: motions where both parts move (in the same direction or, antiparallel,
-    in opposite ones: music21's ``VoiceLeadingQuartet`` rule) and the interval (mod 12) is a fifth /
-    an octave or unison at both onsets; ``slices``: (onset, pair) where both
-    sound; ``crossings``: those where the higher part (the lower number) is below the other.
-    """
-    times = np.unique(np.round(notes[:, 1], 6))
-    pitch = {part: sounding(notes, part, times) for part in VOICES}
-    counts = dict(motions=0, fifths=0, octaves=0, slices=0, crossings=0)
-    for a_index, upper in enumerate(VOICES):
-        for lower in VOICES[a_index + 1 :]:
-            high, low = pitch[upper], pitch[lower]
-            both = (high >= 0) & (low >= 0)
-            counts["slices"] += int(both.sum())
-            counts["crossings"] += int((both & (high < low)).sum())
-            for t in range(1, len(times)):
-                if not (both[t - 1] and both[t]):
-                    continue
-                moves = (int(high[t] - high[t - 1]), int(low[t] - low[t - 1]))
-                if moves == (0, 0):
-                    continue
-                counts["motions"] += 1
-                if moves[0] == 0 or moves[1] == 0:
-                    continue  # parallels need both parts moving (either way: music21 counts contrary fifths too)
-                before, after = (high[t - 1] - low[t - 1]) % 12, (high[t] - low[t]) % 12
-                counts["fifths"] += int(before == after == 7)
-                counts["octaves"] += int(before == after == 0)
-    return counts
-
-
 def measure(pieces: list[np.ndarray], ranges: dict[int, tuple[int, int]], real: list[np.ndarray] | None = None) -> dict:
     """Voice-leading rates over ``pieces``; with ``real``, the duration/polyphony overlaps against them."""
     from multimodal.music.stats import excerpt_stats, overlaps
@@ -193,26 +161,34 @@ def measure(pieces: list[np.ndarray], ranges: dict[int, tuple[int, int]], real: 
 
 
 def table(rows: list[dict]) -> str:
+    """Mean ± sd over seeds of every measure, one column per decoding (plain, with the parallels rule)."""
     runs = [row for row in rows if "generated" in row]
     if not runs:
         return "no runs yet"
     real = runs[-1]["real"]
+    rules = sorted({bool(row.get("avoid_parallels")) for row in runs})
+    by_rule = {rule: [row for row in runs if bool(row.get("avoid_parallels")) == rule] for rule in rules}
+    names = {False: "generated", True: "generated, parallels rule"}
     keys = [("parallels_per_100_pairs", "parallel 5ths + 8ves per 100 note pairs", 2),
             ("fifths_per_100_pairs", "parallel 5ths per 100", 2), ("octaves_per_100_pairs", "parallel 8ves per 100", 2),
             ("crossing_share", "voice crossings (share of onsets × pairs)", 4),
             ("outside_range_share", "A/T/B notes outside the part's training range", 4),
             ("duration_overlap", "duration overlap", 3), ("polyphony_overlap", "polyphony overlap", 3)]  # fmt: skip
-    lines = [f"{runs[-1]['pieces']} test chorales, first {runs[-1]['melody_seconds']:g} s, {len(runs)} seed(s)", "",
-             "| measure | generated (mean ± sd over seeds) | real chorales |", "|---|---:|---:|"]  # fmt: skip
+    lines = [f"{runs[-1]['pieces']} test chorales, first {runs[-1]['melody_seconds']:g} s, "
+             + ", ".join(f"{names[rule]}: {len(group)} seed(s)" for rule, group in by_rule.items()), "",
+             "| measure | " + " | ".join(f"{names[rule]} (mean ± sd over seeds)" for rule in rules) + " | real chorales |",
+             "|---|" + "---:|" * (len(rules) + 1)]  # fmt: skip
     for key, label, digits in keys:
-        values = [row["generated"][key] for row in runs if key in row["generated"]]
-        lines.append(f"| {label} | {spread(values, digits)} | {real[key]:.{digits}f} |" if key in real
-                     else f"| {label} | {spread(values, digits)} | — |")  # fmt: skip
-    medians = [row["harmonize_seconds"]["median"] for row in runs]
-    lines += ["", f"one harmonization of a {runs[-1]['melody_seconds']:g}-second soprano: median {statistics.fmean(medians):.2f} s "
-              f"(float32, worst {max(row['harmonize_seconds']['max'] for row in runs):.2f} s)"]  # fmt: skip
+        cells = [spread([row["generated"][key] for row in group if key in row["generated"]], digits)
+                 for group in by_rule.values()]  # fmt: skip
+        lines.append(f"| {label} | {' | '.join(cells)} | " + (f"{real[key]:.{digits}f} |" if key in real else "— |"))
+    lines.append("")
+    for rule, group in by_rule.items():
+        medians = [row["harmonize_seconds"]["median"] for row in group]
+        lines.append(f"one harmonization of a {group[-1]['melody_seconds']:g}-second soprano, {names[rule]}: median "
+                     f"{statistics.fmean(medians):.2f} s (float32, worst {max(r['harmonize_seconds']['max'] for r in group):.2f} s)")  # fmt: skip
     for row in (r for r in rows if "int8_harmonize_seconds" in r):
-        lines[-1] += f"; int8 median {row['int8_harmonize_seconds']:.2f} s over {row['pieces']} pieces"
+        lines.append(f"int8 weights, plain decoding: median {row['int8_harmonize_seconds']:.2f} s over {row['pieces']} pieces")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from torch import nn
 
 from multimodal.models import CausalLM, CausalLMConfig
 from multimodal.music.harmonize import check_melody, harmonize, infill
+from multimodal.music.voice_leading import voice_leading
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 
 TOKENIZER = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True))
@@ -110,3 +111,47 @@ def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_e
         assert (new[:, 2] <= 5.0 + 1e-9).all()  # no new note hangs across the seam
         if model_kind == "random":
             assert len(new) > 0
+
+
+def _parallels(notes: np.ndarray, within: tuple[float, float] | None = None) -> int:
+    found = voice_leading(notes, parts=(0, 1, 2, 3), within=within)
+    return found["fifths"] + found["octaves"]
+
+
+def _ruled_and_free(model, task: str, seed: int, rule: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(decoded notes, the given notes)`` of one harmonization (soprano given) or infill (2-10 s of parts
+    0, 1 and 3 rewritten around a melody in part 2), with or without the parallels rule."""
+    rng = np.random.default_rng(seed)
+    line = melody(rng, 32)
+    generator = torch.Generator().manual_seed(seed)
+    if task == "harmonize":
+        given = np.column_stack([line, np.zeros(len(line))])
+        ids = harmonize(model, TOKENIZER, given, parts=[1, 2, 3], max_new_tokens=1500, top_p=0.95,
+                        generator=generator, avoid_parallels=rule)  # fmt: skip
+    else:
+        piece = np.concatenate([two_parts(rng, 12.0), np.column_stack([line, np.full(len(line), 2.0)])])
+        given = piece[piece[:, 4] == 2]
+        ids = infill(model, TOKENIZER, piece, 2.0, 10.0, parts=[0, 1, 3], max_new_tokens=1500, top_p=0.95,
+                     generator=generator, avoid_parallels=rule)  # fmt: skip
+    return TOKENIZER.decode_notes(ids), given
+
+
+@pytest.mark.parametrize("task", ["harmonize", "infill"])
+def test_the_parallels_rule_leaves_no_parallel_fifth_or_octave_that_music21s_rule_would_count(task):
+    """Counted afterwards by the voice-leading measure (held to music21's in test_voice_leading.py): a random
+    model writes parallels freely; with ``avoid_parallels`` none involves a part it wrote, and what was
+    given still comes back exactly."""
+    torch.manual_seed(3)
+    model = CausalLM(CausalLMConfig(vocab_size=TOKENIZER.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64,
+                                    max_seq_len=4096))  # fmt: skip
+    # infill: the given music outside the span may hold parallels of its own; count the onsets inside it
+    within = (2.0, 10.0) if task == "infill" else None
+    free = ruled = 0
+    for seed in range(4):
+        free += _parallels(_ruled_and_free(model, task, seed, rule=False)[0], within)
+        notes, given = _ruled_and_free(model, task, seed, rule=True)
+        given_part = int(given[0, 4])
+        assert exact(notes[notes[:, 4] == given_part]) == exact(given)
+        ruled += _parallels(notes, within)
+    assert free > 0  # the random model does write them
+    assert ruled == 0

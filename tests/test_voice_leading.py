@@ -1,16 +1,14 @@
-"""The harmonization benchmark's voice-leading counts (benchmarks/harmonization.py) against music21's
-``VoiceLeadingQuartet``, an independent implementation, on random four-part music."""
+"""Voice-leading counts (multimodal.music.voice_leading, the harmonization benchmark's measure) against
+music21's ``VoiceLeadingQuartet``, an independent implementation, on random four-part music."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from harmonization import VOICES, sounding, voice_leading
+from multimodal.music.voice_leading import sounding, voice_leading
+
+VOICES = (0, 1, 2, 3)
 
 WHITE = [0, 2, 4, 5, 7, 9, 11]  # white keys only: 7 semitones is always a perfect fifth when spelled
 
@@ -68,3 +66,61 @@ def test_a_crossing_is_counted_where_the_higher_part_sounds_below():
     notes = np.array([[60, 0, 1, 80, 0], [64, 0, 1, 80, 1], [48, 0, 1, 80, 2], [40, 0, 1, 80, 3]], dtype=float)
     found = voice_leading(notes)
     assert found["slices"] == 6 and found["crossings"] == 1  # soprano C4 under alto E4
+
+
+def _random_state(rng: np.random.Generator, part: int, onsets: int = 6, step: float = 0.25) -> tuple[np.ndarray, float]:
+    """Four one-line parts over ``onsets`` onsets (each part holds, changes or rests at each), then one more
+    onset at which the other parts may have moved; ``part``'s last note ends by it. Returns notes and that time."""
+    notes = []
+    for voice in VOICES:
+        for index in range(onsets + (voice != part)):
+            if notes and notes[-1][4] == voice and notes[-1][2] == index * step and rng.random() < 0.3:
+                notes[-1][2] += step  # hold
+            elif rng.random() < 0.85:
+                notes.append([int(rng.integers(43, 80)), index * step, (index + 1) * step, 80, voice])
+    return np.array(notes, dtype=float), onsets * step
+
+
+def test_the_parallels_rule_bans_exactly_the_pitches_that_would_add_a_parallel():
+    """Every pitch the rule bans for a part at an onset adds a parallel fifth or octave there that the counter
+    (held to music21's above) finds, and every pitch it allows adds none: all 128 pitches, 300 random states."""
+    from multimodal.music.voice_leading import ParallelsRule
+    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4))
+    rng = np.random.default_rng(0)
+    banned_anywhere = allowed_moves = 0
+    for _ in range(300):
+        part = int(rng.integers(0, 4))
+        notes, now = _random_state(rng, part)
+        rule, time = ParallelsRule(tokenizer, [part]), 0
+        for token in tokenizer.encode_notes(notes):
+            if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
+                time += token - tokenizer.time_shift_offset + 1
+            rule.add(token, time)
+        step = round(now / tokenizer.config.time_step)
+        offset = tokenizer.pitch_offset + part * 128
+        banned = rule.banned(step)[offset : offset + 128].numpy()
+        assert not rule.banned(step)[: tokenizer.pitch_offset].any()  # only pitches, only this part's
+        within = (now, now + 0.005)
+        before = voice_leading(notes, within=within)
+        for pitch in range(128):
+            after = voice_leading(np.vstack([notes, [pitch, now, now + 0.25, 80, part]]), within=within)
+            added = after["fifths"] + after["octaves"] - before["fifths"] - before["octaves"]
+            assert bool(banned[pitch]) == (added > 0), (pitch, notes.tolist())
+        banned_anywhere += int(banned.any())
+        allowed_moves += int((~banned).sum())
+    assert banned_anywhere > 30 and allowed_moves > 0  # the states exercise both sides
+
+
+def test_the_parallels_rule_keeps_a_part_to_one_note_at_a_time():
+    from multimodal.music.voice_leading import ParallelsRule
+    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4))
+    rule = ParallelsRule(tokenizer, [1, 2])
+    for token in tokenizer.encode_notes(np.array([[60, 0.0, 1.0, 80, 1], [48, 0.0, 0.5, 80, 2]])):
+        rule.add(token, 0)
+    alto, tenor = (slice(tokenizer.pitch_offset + p * 128, tokenizer.pitch_offset + (p + 1) * 128) for p in (1, 2))
+    assert rule.banned(50)[alto].all()  # the alto's note sounds until step 100
+    assert not rule.banned(50)[tenor].any()  # the tenor's ended at 50, and nobody moved: free

@@ -9,7 +9,10 @@ exactly, by construction, and the model only adds to the other parts:
 - a TIME_SHIFT may not jump past the next given onset (longer shifts are masked), and EOS is masked
   until every given note is written;
 - the PITCH ids of the given parts, and of parts the caller did not allow, are masked, so the model
-  never adds a note to the melody.
+  never adds a note to the melody;
+- ``avoid_parallels=True``: each part the model writes sings one note at a time, and the pitches
+  that would make parallel fifths or octaves with a part that has moved at the same onset are masked
+  (:class:`~multimodal.music.voice_leading.ParallelsRule`).
 
 The model sees each given note when its onset comes, not before (no look-ahead): a causal model
 trained on whole pieces harmonizes what it has heard so far, as a player sight-reading the tune.
@@ -31,6 +34,7 @@ from multimodal.generation.config import SamplingConfig
 from multimodal.generation.guidance import GuidedModel
 from multimodal.generation.sample import sample_next
 from multimodal.music.continuation import prepare_outputs, unconditional_prompt, write_audio
+from multimodal.music.voice_leading import ParallelsRule
 from multimodal.tokenizers.midi import NUM_PITCHES
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.music_controls import Controls
@@ -62,6 +66,7 @@ def harmonize(
     max_new_tokens: int = 2048,
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
+    avoid_parallels: bool = False,
     **options: Any,
 ) -> list[int]:
     """Writes the other parts around ``given`` notes; returns the ids (BOS, controls, given and new notes).
@@ -76,6 +81,8 @@ def harmonize(
         max_new_tokens: Sampled tokens at most (the given ones do not count).
         sampling: How tokens are chosen (or its fields in ``options``).
         generator: Draws the samples.
+        avoid_parallels: One note at a time in each written part, and no new pitch that makes
+            parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
 
     Raises:
         ValueError: A tokenizer without parts, or ``parts`` that overlap the given ones.
@@ -88,7 +95,8 @@ def harmonize(
     if set(allowed) & set(given_parts) or not allowed or not all(0 <= part < num_parts for part in allowed):
         raise ValueError(f"parts {allowed}: choose among 0..{num_parts - 1}, none of the given parts {given_parts}")
     return constrained_decode(model, tokenizer, given, allowed, (0.0, float(given[:, 2].max())), controls=controls,
-                              max_new_tokens=max_new_tokens, sampling=sampling, generator=generator, **options)  # fmt: skip
+                              max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
+                              avoid_parallels=avoid_parallels, **options)  # fmt: skip
 
 
 def infill(
@@ -103,6 +111,7 @@ def infill(
     max_new_tokens: int = 2048,
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
+    avoid_parallels: bool = False,
     **options: Any,
 ) -> list[int]:
     """Rewrites the notes of ``parts`` that start in ``[start, end)`` seconds; everything else stays.
@@ -130,7 +139,8 @@ def infill(
         raise ValueError(f"parts {allowed}: this model has parts 0..{num_parts - 1}")
     rewritten = np.isin(notes[:, 4], allowed) & (notes[:, 1] >= start) & (notes[:, 1] < end)
     return constrained_decode(model, tokenizer, notes[~rewritten], allowed, (start, end), controls=controls,
-                              max_new_tokens=max_new_tokens, sampling=sampling, generator=generator, **options)  # fmt: skip
+                              max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
+                              avoid_parallels=avoid_parallels, **options)  # fmt: skip
 
 
 def constrained_decode(
@@ -144,6 +154,7 @@ def constrained_decode(
     max_new_tokens: int = 2048,
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
+    avoid_parallels: bool = False,
     **options: Any,
 ) -> list[int]:
     """Samples notes of ``parts`` inside ``window`` (seconds) around ``given`` notes written exactly.
@@ -153,7 +164,9 @@ def constrained_decode(
     the window no new note at all (time jumps straight to the next given onset or the window). A note the
     model starts ends by the window's end. Decoding stops at EOS once every given note is written, once
     time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (given notes
-    not reached by then are appended, alone). Returns the ids, from BOS.
+    not reached by then are appended, alone). ``avoid_parallels``: one note at a time in each of ``parts``, and
+    no new pitch that makes parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
+    Returns the ids, from BOS.
     """
     sampling = SamplingConfig.of(sampling, **options)
     step = tokenizer.config.time_step
@@ -184,6 +197,7 @@ def constrained_decode(
     if unconditional is not None:  # classifier-free guidance: every call below runs both prompts
         model = GuidedModel(model, unconditional, sampling.guidance_scale)
     ids, queue, time, next_group, sampled = list(head), [], 0, 0, 0
+    parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
     device = next(model.parameters()).device
     was_training = model.training
@@ -216,6 +230,8 @@ def constrained_decode(
                         mask[shift_ids[shifts > next_onset - time]] = True
                     if pending:
                         mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
+                    elif parallels is not None:
+                        mask |= parallels.banned(time)
                     token, own = int(sample_next(logits.float().cpu().masked_fill(mask, float("-inf"))[None],
                                                  sampling, generator=generator)[0]), True  # fmt: skip
                     sampled += 1
@@ -228,6 +244,8 @@ def constrained_decode(
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1
+                if parallels is not None:
+                    parallels.add(token, time)
                 ids.append(token)
                 logits = model(torch.tensor([[token]], device=device), state=state)[0, -1]
     finally:

@@ -71,6 +71,8 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     harmony.add_argument("--infill", nargs=2, type=_seconds, metavar=("START", "END"),
                          help="rewrite the --primer's notes that start between these times (seconds, e.g. 10s "
                               "20s), keeping everything before and after")  # fmt: skip
+    harmony.add_argument("--avoid-parallels", action="store_true",
+                         help="never write parallel fifths or octaves against another part (a decoding rule)")
     directed = parser.add_argument_group("controls (models trained with data.controls: true; docs/music.md)")
     directed.add_argument("--style", type=_control(parse_style), help=f"one of: {', '.join(STYLES)}")
     directed.add_argument("--key", type=_control(parse_key), help="tonic and mode, e.g. 'G minor', 'Bb major'")
@@ -95,6 +97,8 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     if asked and not getattr(tokenizer.config, "controls", False):
         raise ValueError(f"{'/'.join(asked)}: this model was trained without controls; train one with "
                          "data.controls: true (docs/music.md)")  # fmt: skip
+    if args.avoid_parallels and args.harmonize is None and args.infill is None:
+        raise ValueError("--avoid-parallels: a rule of --harmonize and --infill; give one of them")
     if args.harmonize is not None:
         _harmonize(model, tokenizer, args)
         return
@@ -140,6 +144,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         model, tokenizer, melody, args.out, sampling_from_args(args), melody_part=melody_part, parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
+        avoid_parallels=args.avoid_parallels,
     )  # fmt: skip
     print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
     for path in paths:
@@ -163,6 +168,7 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         model, tokenizer, notes, start, end, args.out, sampling_from_args(args), parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
+        avoid_parallels=args.avoid_parallels,
     )  # fmt: skip
     print(f"filled {start:g}-{end:g} s of {args.primer}")
     for path in paths:

@@ -53,11 +53,13 @@ class MusicSession:
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
         density: float | None = None, harmonize: bool = False, guidance_scale: float = 1.0,
+        avoid_parallels: bool = False,
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
         trained with controls (empty: the model's choice); with ``harmonize`` the upload is a melody kept
-        exactly and the model writes the other parts (a model with parts). A ``gradio.Error`` (one line) for
+        exactly and the model writes the other parts (a model with parts; ``avoid_parallels``: with no parallel
+        fifths or octaves, :class:`~multimodal.music.voice_leading.ParallelsRule`). A ``gradio.Error`` (one line) for
         an upload that is not MIDI, a setting outside its widget's bounds, or a control the model does not know."""
         import gradio as gr
 
@@ -73,7 +75,7 @@ class MusicSession:
             raise gr.Error(str(error)) from None
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale)
         if harmonize:
-            return self._harmonize(upload, controls, length, sampling, seed)
+            return self._harmonize(upload, controls, length, sampling, seed, avoid_parallels)
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -106,8 +108,8 @@ class MusicSession:
         shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
         return self.folder / f"request_{number}"
 
-    def _harmonize(self, upload: str | None, controls, length: int, sampling: SamplingConfig,
-                   seed: int) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
+    def _harmonize(self, upload: str | None, controls, length: int, sampling: SamplingConfig, seed: int,
+                   avoid_parallels: bool = False) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The uploaded melody (its notes kept exactly) with the other parts written by the model."""
         import gradio as gr
 
@@ -117,7 +119,8 @@ class MusicSession:
             melody = check_melody(read_midi_notes(upload), Path(upload).name)
             (path,) = harmonize_to_files(self.task.model, self.tokenizer, melody, self._request_folder(),
                                          sampling, controls=controls,
-                                         seed=seed, max_new_tokens=4 * length, audio=True)  # fmt: skip
+                                         seed=seed, max_new_tokens=4 * length, audio=True,
+                                         avoid_parallels=avoid_parallels)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
             raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
         part = self.tokenizer.config.part_name(0)
@@ -146,6 +149,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
                 harmonize = gr.Checkbox(False, label="harmonize the upload (keep it as the top part)",
                                         visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
+                avoid_parallels = gr.Checkbox(False, label="harmonize without parallel fifths or octaves",
+                                              visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
                 with gr.Row(visible=directed):  # a model trained with controls (docs/music.md)
                     style = gr.Dropdown(["", *STYLES], value="", label="style")
                     key = gr.Dropdown(["", *KEYS], value="", label="key")
@@ -160,6 +165,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 roll = gr.Image(label="piano roll: primer blue, continuation orange", type="filepath")
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
-                                                key, meter, density, harmonize, guidance],
+                                                key, meter, density, harmonize, guidance, avoid_parallels],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pretty_midi
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch
 from multimodal.data import music21_corpus
 from multimodal.data.music21_corpus import music21_corpus_dir
 from multimodal.music import parse_controls, primer_ids
+from multimodal.music.voice_leading import voice_leading
 from tasks.checkpoint import load_task
 from tasks.cli import main
 
@@ -107,14 +109,18 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     tune.write(str(tmp_path / "tune.mid"))
     main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "harmonized"), "--harmonize",
           str(tmp_path / "tune.mid"), "--parts", "alto", "tenor", "4", "--key", "G major", "--seed", "0",
-          "--no-audio", "--max-new-tokens", "64", "--guidance-scale", "2"])  # fmt: skip
+          "--no-audio", "--max-new-tokens", "64", "--guidance-scale", "2", "--avoid-parallels"])  # fmt: skip
     harmonized = pretty_midi.PrettyMIDI(str(tmp_path / "harmonized/sample_0.mid"))
+    parts = [[n.pitch, n.start, n.end, 80, SATB.index(t.name)] for t in harmonized.instruments for n in t.notes]
+    counts = voice_leading(np.array(parts, dtype=float))
+    assert counts["fifths"] + counts["octaves"] == 0  # --avoid-parallels reached the decoder
     soprano = next(track for track in harmonized.instruments if track.name == "Soprano")
     assert [(n.pitch, round(n.start, 2), round(n.end, 2)) for n in soprano.notes] == [
         (n.pitch, n.start, n.end) for n in line.notes]  # fmt: skip
     assert {track.name for track in harmonized.instruments} <= set(SATB)
     assert (tmp_path / "harmonized/sample_0.png").is_file()
-    *_, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True)
+    *_, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True,
+                                          avoid_parallels=True)  # fmt: skip
     assert "tune.mid: 8 notes kept as the Soprano" in message  # the page's upload, harmonized
 
 
@@ -138,6 +144,9 @@ def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chor
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--harmonize",
                            tmp_path / "none.mid"], capsys, monkeypatch)  # fmt: skip
     assert line.startswith("error: --harmonize: this model has no parts")
+    line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--avoid-parallels"],
+                          capsys, monkeypatch)  # fmt: skip
+    assert line.startswith("error: --avoid-parallels: a rule of --harmonize and --infill")
 
     import gradio as gr
 
