@@ -124,3 +124,22 @@ def test_the_parallels_rule_keeps_a_part_to_one_note_at_a_time():
     alto, tenor = (slice(tokenizer.pitch_offset + p * 128, tokenizer.pitch_offset + (p + 1) * 128) for p in (1, 2))
     assert rule.banned(50)[alto].all()  # the alto's note sounds until step 100
     assert not rule.banned(50)[tenor].any()  # the tenor's ended at 50, and nobody moved: free
+
+
+def test_the_parallels_rule_reads_notes_as_decoding_does():
+    """A PITCH without its DURATION is dropped by decoding, so it must not silence its part for the rule."""
+    from multimodal.music.voice_leading import ParallelsRule
+    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4))
+    ids = [tokenizer.pitch_offset + 128 + 60, tokenizer.time_shift_offset + 9,  # alto C4, then a shift: dropped
+           tokenizer.pitch_offset + 128 + 62, tokenizer.velocity_offset + 3, tokenizer.duration_offset + 4]  # D4, 5 steps
+    rule, time = ParallelsRule(tokenizer, [1]), 0
+    for token in ids:
+        if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
+            time += token - tokenizer.time_shift_offset + 1
+        rule.add(token, time)
+    decoded = tokenizer.decode_notes(ids)
+    assert [row[:2] for row in rule.notes] == [[int(p), 1] for p in decoded[:, 0]] == [[62, 1]]
+    alto = slice(tokenizer.pitch_offset + 128, tokenizer.pitch_offset + 256)
+    assert rule.banned(12)[alto].all() and not rule.banned(15)[alto].any()  # D4 sounds from step 10 to 15

@@ -92,8 +92,9 @@ class ViTConfig(Presets, TransformerConfig):
         stem_channels: Output channels of 3x3 convolutions (stride 1, each followed by GELU) run
             over the full-resolution image before it is cut into patches — a convolutional stem
             (Xiao et al. 2021, "Early convolutions help Transformers see better"), which gives a
-            small-data ViT local features at a few per cent of its cost. ``()`` (the default):
-            the image's own pixels are patched, as in ViT and timm.
+            small-data ViT local features (one 16-channel layer: ~19 % fewer training images/s
+            at 28x28, patch 7). ``()`` (the default): the image's own pixels are patched, as in
+            ViT and timm.
     """
 
     dropout: float = 0.0

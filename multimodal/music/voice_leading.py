@@ -107,18 +107,29 @@ class ParallelsRule:
         self._durations = list(tokenizer.config.duration_steps)
 
     def add(self, token: int, step: int) -> None:
-        """Takes one id the decoder appended at time ``step`` (grid steps since the start)."""
+        """Takes one id the decoder appended at time ``step`` (grid steps since the start).
+
+        Notes are read as the tokenizer decodes them: a PITCH waits for its DURATION (VELOCITY ids may
+        come between); any other id drops it, as decoding drops a PITCH without a length.
+        """
         tok = self.tokenizer
+        if tok.velocity_offset <= token < tok.pitch_offset:
+            return
+        is_duration = tok.duration_offset <= token < tok.duration_offset + len(self._durations)
+        if self._pending is not None and not is_duration:
+            self.notes.pop(self._pending)  # the last note: nothing is appended after a pending PITCH
+            self._pending = None
         if tok.pitch_offset <= token < tok.duration_offset:
             part, pitch = divmod(token - tok.pitch_offset, NUM_PITCHES)
             self.notes.append([pitch, part, step, np.inf])
             self._pending = len(self.notes) - 1
-        elif tok.duration_offset <= token < tok.duration_offset + len(self._durations) and self._pending is not None:
+        elif is_duration and self._pending is not None:
             self.notes[self._pending][3] = step + self._durations[token - tok.duration_offset]
             self._pending = None
 
     def banned(self, step: int) -> torch.Tensor:
-        """``(vocab_size,)`` bool: the PITCH ids of :attr:`parts` that would make a parallel at ``step``."""
+        """``(vocab_size,)`` bool: the PITCH ids of :attr:`parts` that would make a parallel at ``step``, and
+        every PITCH id of a part that already sounds a note there."""
         mask = torch.zeros(self.tokenizer.vocab_size, dtype=torch.bool)
         if not self.notes:
             return mask
