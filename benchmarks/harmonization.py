@@ -40,10 +40,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread
 
+from multimodal.music.voice_leading import FOUR_PARTS as VOICES
 from multimodal.music.voice_leading import voice_leading
 
 ROOT = Path(__file__).resolve().parents[1]
-VOICES = (0, 1, 2, 3)  # soprano, alto, tenor, bass
 
 
 def main() -> None:

@@ -118,7 +118,7 @@ def _parallels(notes: np.ndarray, within: tuple[float, float] | None = None) -> 
     return found["fifths"] + found["octaves"]
 
 
-def _ruled_and_free(model, task: str, seed: int, rule: bool) -> tuple[np.ndarray, np.ndarray]:
+def _decode_once(model, task: str, seed: int, rule: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(decoded notes, the given notes)`` of one harmonization (soprano given) or infill (2-10 s of parts
     0, 1 and 3 rewritten around a melody in part 2), with or without the parallels rule."""
     rng = np.random.default_rng(seed)
@@ -148,8 +148,8 @@ def test_the_parallels_rule_leaves_no_parallel_fifth_or_octave_that_music21s_rul
     within = (2.0, 10.0) if task == "infill" else None
     free = ruled = 0
     for seed in range(4):
-        free += _parallels(_ruled_and_free(model, task, seed, rule=False)[0], within)
-        notes, given = _ruled_and_free(model, task, seed, rule=True)
+        free += _parallels(_decode_once(model, task, seed, rule=False)[0], within)
+        notes, given = _decode_once(model, task, seed, rule=True)
         given_part = int(given[0, 4])
         assert exact(notes[notes[:, 4] == given_part]) == exact(given)
         ruled += _parallels(notes, within)

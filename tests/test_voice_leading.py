@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from multimodal.music.voice_leading import sounding, voice_leading
+from multimodal.music.voice_leading import FOUR_PARTS as VOICES
+from multimodal.music.voice_leading import ParallelsRule, sounding, voice_leading
+from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 
-VOICES = (0, 1, 2, 3)
+TOKENIZER = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4))
 
 WHITE = [0, 2, 4, 5, 7, 9, 11]  # white keys only: 7 semitones is always a perfect fifth when spelled
 
@@ -84,24 +86,20 @@ def _random_state(rng: np.random.Generator, part: int, onsets: int = 6, step: fl
 def test_the_parallels_rule_bans_exactly_the_pitches_that_would_add_a_parallel():
     """Every pitch the rule bans for a part at an onset adds a parallel fifth or octave there that the counter
     (held to music21's above) finds, and every pitch it allows adds none: all 128 pitches, 300 random states."""
-    from multimodal.music.voice_leading import ParallelsRule
-    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
-
-    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4))
     rng = np.random.default_rng(0)
     banned_anywhere = allowed_moves = 0
     for _ in range(300):
         part = int(rng.integers(0, 4))
         notes, now = _random_state(rng, part)
-        rule, time = ParallelsRule(tokenizer, [part]), 0
-        for token in tokenizer.encode_notes(notes):
-            if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
-                time += token - tokenizer.time_shift_offset + 1
+        rule, time = ParallelsRule(TOKENIZER, [part]), 0
+        for token in TOKENIZER.encode_notes(notes):
+            if TOKENIZER.time_shift_offset <= token < TOKENIZER.velocity_offset:
+                time += token - TOKENIZER.time_shift_offset + 1
             rule.add(token, time)
-        step = round(now / tokenizer.config.time_step)
-        offset = tokenizer.pitch_offset + part * 128
+        step = round(now / TOKENIZER.config.time_step)
+        offset = TOKENIZER.pitch_offset + part * 128
         banned = rule.banned(step)[offset : offset + 128].numpy()
-        assert not rule.banned(step)[: tokenizer.pitch_offset].any()  # only pitches, only this part's
+        assert not rule.banned(step)[: TOKENIZER.pitch_offset].any()  # only pitches, only this part's
         within = (now, now + 0.005)
         before = voice_leading(notes, within=within)
         for pitch in range(128):
@@ -114,32 +112,24 @@ def test_the_parallels_rule_bans_exactly_the_pitches_that_would_add_a_parallel()
 
 
 def test_the_parallels_rule_keeps_a_part_to_one_note_at_a_time():
-    from multimodal.music.voice_leading import ParallelsRule
-    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
-
-    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4))
-    rule = ParallelsRule(tokenizer, [1, 2])
-    for token in tokenizer.encode_notes(np.array([[60, 0.0, 1.0, 80, 1], [48, 0.0, 0.5, 80, 2]])):
+    rule = ParallelsRule(TOKENIZER, [1, 2])
+    for token in TOKENIZER.encode_notes(np.array([[60, 0.0, 1.0, 80, 1], [48, 0.0, 0.5, 80, 2]])):
         rule.add(token, 0)
-    alto, tenor = (slice(tokenizer.pitch_offset + p * 128, tokenizer.pitch_offset + (p + 1) * 128) for p in (1, 2))
+    alto, tenor = (slice(TOKENIZER.pitch_offset + p * 128, TOKENIZER.pitch_offset + (p + 1) * 128) for p in (1, 2))
     assert rule.banned(50)[alto].all()  # the alto's note sounds until step 100
     assert not rule.banned(50)[tenor].any()  # the tenor's ended at 50, and nobody moved: free
 
 
 def test_the_parallels_rule_reads_notes_as_decoding_does():
     """A PITCH without its DURATION is dropped by decoding, so it must not silence its part for the rule."""
-    from multimodal.music.voice_leading import ParallelsRule
-    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
-
-    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4))
-    ids = [tokenizer.pitch_offset + 128 + 60, tokenizer.time_shift_offset + 9,  # alto C4, then a shift: dropped
-           tokenizer.pitch_offset + 128 + 62, tokenizer.velocity_offset + 3, tokenizer.duration_offset + 4]  # D4, 5 steps
-    rule, time = ParallelsRule(tokenizer, [1]), 0
+    ids = [TOKENIZER.pitch_offset + 128 + 60, TOKENIZER.time_shift_offset + 9,  # alto C4, then a shift: dropped
+           TOKENIZER.pitch_offset + 128 + 62, TOKENIZER.velocity_offset + 3, TOKENIZER.duration_offset + 4]  # D4, 5 steps
+    rule, time = ParallelsRule(TOKENIZER, [1]), 0
     for token in ids:
-        if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
-            time += token - tokenizer.time_shift_offset + 1
+        if TOKENIZER.time_shift_offset <= token < TOKENIZER.velocity_offset:
+            time += token - TOKENIZER.time_shift_offset + 1
         rule.add(token, time)
-    decoded = tokenizer.decode_notes(ids)
+    decoded = TOKENIZER.decode_notes(ids)
     assert [row[:2] for row in rule.notes] == [[int(p), 1] for p in decoded[:, 0]] == [[62, 1]]
-    alto = slice(tokenizer.pitch_offset + 128, tokenizer.pitch_offset + 256)
+    alto = slice(TOKENIZER.pitch_offset + 128, TOKENIZER.pitch_offset + 256)
     assert rule.banned(12)[alto].all() and not rule.banned(15)[alto].any()  # D4 sounds from step 10 to 15

@@ -230,7 +230,7 @@ def constrained_decode(
                         mask[shift_ids[shifts > next_onset - time]] = True
                     if pending:
                         mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
-                    elif parallels is not None:
+                    elif parallels is not None and first <= time < last:  # outside, no pitch may start anyway
                         mask |= parallels.banned(time)
                     token, own = int(sample_next(logits.float().cpu().masked_fill(mask, float("-inf"))[None],
                                                  sampling, generator=generator)[0]), True  # fmt: skip

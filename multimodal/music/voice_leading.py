@@ -19,6 +19,9 @@ import torch
 
 from multimodal.tokenizers.midi import NUM_PITCHES
 
+FOUR_PARTS = (0, 1, 2, 3)
+"""Soprano, alto, tenor, bass: the parts :func:`voice_leading` reads by default."""
+
 PARALLEL_INTERVALS = (0, 7)
 """Interval classes (semitones mod 12) that may not move in parallel: octave / unison and fifth."""
 
@@ -39,7 +42,7 @@ def sounding(notes: np.ndarray, part: int, times: np.ndarray) -> np.ndarray:
     return out
 
 
-def voice_leading(notes: np.ndarray, parts: tuple[int, ...] = (0, 1, 2, 3),
+def voice_leading(notes: np.ndarray, parts: tuple[int, ...] = FOUR_PARTS,
                   within: tuple[float, float] | None = None) -> dict[str, int]:  # fmt: skip
     """Counts over every pair of ``parts`` and consecutive onsets of ``notes`` ``(n, 5)``; ``within``: only
     the onsets in ``[start, end)`` (and the motions arriving at them), the rest of the music still sounding.
