@@ -54,8 +54,10 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``(batch, seq, dim) -> (batch, seq, dim)``."""
         if self.gate is not None:
-            return self.dropout(self.down(self.activation(self.gate(x)) * self.up(x)))
-        return self.dropout(self.down(self.activation(self.up(x))))
+            out = self.down(self.activation(self.gate(x)) * self.up(x))
+        else:
+            out = self.down(self.activation(self.up(x)))
+        return self.dropout(out) if self.training else out
 
 
 class TransformerBlock(nn.Module):
@@ -127,7 +129,7 @@ class TransformerBlock(nn.Module):
             self.norm_attention(x), key_padding_mask=key_padding_mask, cache=cache, query_offset=offset,
             num_queries=num_queries, grid_width=grid_width, positions=positions,
         )  # fmt: skip
-        x = x[:, :num_queries] + self.drop_path(self.dropout(attended))
+        x = x[:, :num_queries] + self._residual(attended)
         if self.cross_attention is not None:
             kv = context
             if state is not None:
@@ -135,5 +137,11 @@ class TransformerBlock(nn.Module):
                     state.cross[layer] = self.cross_attention.project_context(context)
                 kv = state.cross[layer]
             crossed = self.cross_attention(self.norm_cross(x), kv, key_padding_mask=context_padding_mask)
-            x = x + self.drop_path(self.dropout(crossed))
-        return x + self.drop_path(self.ff(self.norm_ff(x)))
+            x = x + self._residual(crossed)
+        ff = self.ff(self.norm_ff(x))
+        return x + (self.drop_path(ff) if self.training else ff)
+
+    def _residual(self, branch: Tensor) -> Tensor:
+        """A residual branch's output after dropout and drop path; both are the identity in eval mode, where
+        the two module calls are skipped (a decoding step runs this twice per block)."""
+        return self.drop_path(self.dropout(branch)) if self.training else branch

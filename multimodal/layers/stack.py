@@ -98,7 +98,8 @@ class TransformerStack(nn.Module):
         if self.positions is not None:
             embedded = self.positions(x.shape[1], offset) if positions is None else self.positions.at(positions)
             x = x + embedded.to(x.dtype)
-        x = self.dropout(x)
+        if self.training:
+            x = self.dropout(x)
         last = len(self.blocks) - 1
         blocks = self._compiled_blocks if self._compiled_blocks is not None and state is None else self.blocks
         for index, block in enumerate(blocks):

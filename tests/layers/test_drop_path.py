@@ -1,4 +1,4 @@
-"""Stochastic depth: the layer against timm's ``DropPath``, the per-block rates, the block in eval mode."""
+"""Stochastic depth and dropout: the layer against timm's ``DropPath``, the per-block rates, eval mode."""
 
 from __future__ import annotations
 
@@ -64,3 +64,22 @@ def test_encoder_eval_output_is_unchanged_and_training_drops_branches():
     skipped = dropping.norm(dropping.blocks[0](x))
     same = (trained - skipped).abs().flatten(1).amax(dim=1) < 1e-6
     assert 0 < same.sum() < 32  # chance (0.75 * 0.5) ** 2 = 0.14 per sample
+
+
+def test_dropout_applies_in_training_only():
+    # Eval mode skips the dropout modules (a decoding step calls none); training must still drop.
+    torch.manual_seed(0)
+    base = TransformerConfig(dim=16, num_layers=2, num_heads=2, dropout=0.0, position="none")
+    plain = Encoder(base).eval()
+    dropping = Encoder(TransformerConfig(**{**base.__dict__, "dropout": 0.5}))
+    dropping.load_state_dict(plain.state_dict())
+    x = torch.randn(8, 6, 16)
+    assert torch.equal(dropping.eval()(x), plain(x))
+    dropping.train()
+    first, second = dropping(x), dropping(x)
+    assert not torch.allclose(first, plain(x)) and not torch.allclose(first, second)
+    # Each residual branch's dropout alone: a block's feed-forward output has zeros where dropout hit.
+    block = dropping.blocks[0]
+    torch.manual_seed(2)
+    out = block.ff(x)
+    assert 0.4 < (out == 0).float().mean() < 0.6
