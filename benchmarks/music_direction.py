@@ -40,6 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread
 
+from multimodal.music import tonality
 from multimodal.tokenizers.music_controls import KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +67,8 @@ def main() -> None:
                         help="no training: key/style accuracy of --model at each of --scales (classifier-free guidance)")
     parser.add_argument("--model", default="music", help="--guidance: a shipped model's name or a checkpoint/folder")
     parser.add_argument("--scales", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    parser.add_argument("--key-emphasis", type=float, nargs="+", default=[0.0],
+                        help="--guidance: nats on the requested key's tonic-chord pitches (multimodal.music.tonality)")
     parser.add_argument("--stage", choices=["select", "report"], default="select",
                         help="--guidance: select (seeds the report does not use) or report")  # fmt: skip
     parser.add_argument("--figure", type=Path, help="draw two chorales from nothing in two keys with seed 0's model "
@@ -139,8 +142,10 @@ def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
     return result
 
 
-def collection_overlaps(model, tokenizer, pieces, seed: int, args: argparse.Namespace, guidance_scale: float = 1.0) -> dict:
-    """Per collection: duration and polyphony overlaps of ``args.pieces`` of ``pieces`` continued with their own controls."""
+def collection_overlaps(model, tokenizer, pieces, seed: int, args: argparse.Namespace, guidance_scale: float = 1.0,
+                        emphasis: float = 0.0) -> dict:
+    """Per collection: duration and polyphony overlaps of ``args.pieces`` of ``pieces`` continued with their own
+    controls (and ``emphasis`` on each piece's own key, when it has one)."""
     from multimodal.music import evaluate_continuations, overlaps
 
     by_collection: dict[str, list[int]] = {}
@@ -149,21 +154,33 @@ def collection_overlaps(model, tokenizer, pieces, seed: int, args: argparse.Name
     found = {}
     for collection, indices in sorted(by_collection.items()):
         chosen = indices[: args.pieces]
-        generated, reference, _ = evaluate_continuations(
-            model, tokenizer, [pieces.notes[i] for i in chosen], primer_seconds=args.primer_seconds,
-            max_new_tokens=args.new_tokens, top_p=0.95, seed=seed, controls=[pieces.controls[i] for i in chosen],
-            guidance_scale=guidance_scale,
-        )  # fmt: skip
+        common = {"primer_seconds": args.primer_seconds, "max_new_tokens": args.new_tokens, "top_p": 0.95,
+                  "guidance_scale": guidance_scale}  # fmt: skip
+        if not emphasis:
+            generated, reference, _ = evaluate_continuations(
+                model, tokenizer, [pieces.notes[i] for i in chosen], seed=seed,
+                controls=[pieces.controls[i] for i in chosen], **common,
+            )  # fmt: skip
+        else:  # each piece leans towards its own key: one call per piece, with the seed the pooled call gives it
+            generated = reference = None
+            for number, i in enumerate(chosen):
+                key = pieces.controls[i].key
+                leaning = tonality.key_emphasis(tokenizer, key, emphasis) if key is not None else {}
+                one, real, _ = evaluate_continuations(model, tokenizer, [pieces.notes[i]], seed=seed + number,
+                                                      controls=[pieces.controls[i]], **common, **leaning)  # fmt: skip
+                generated, reference = (one, real) if generated is None else (generated + one, reference + real)
         both = overlaps(generated, reference)
         found[collection] = {"pieces": len(chosen), "duration": both["duration"], "polyphony": both["polyphony"]}
     return found
 
 
 def control_accuracies(model, tokenizer, splits: dict, seed: int, args: argparse.Namespace, guidance_scale: float = 1.0,
-                       baseline: bool = True) -> dict:
+                       baseline: bool = True, emphasis: float = 0.0) -> dict:
     """Key and style accuracy of samples from nothing (module docstring), with classifier-free guidance ``guidance_scale``.
 
     ``baseline``: also the key accuracy with the key token unknown (which guidance leaves unchanged).
+    ``emphasis``: the key samples lean towards their key (:func:`multimodal.music.tonality.key_emphasis`);
+    the share of their notes in the key's tonic triad is reported beside the accuracy.
     """
     from multimodal.tokenizers.music_controls import STYLES, Controls
 
@@ -172,9 +189,13 @@ def control_accuracies(model, tokenizer, splits: dict, seed: int, args: argparse
     keys = [index for index in range(len(KEYS)) for _ in range(args.per_key)]
     for name, given in (("key", True), ("key_baseline", False))[: 2 if baseline else 1]:
         prompts = [Controls(key=key if given else None) for key in keys]
-        samples = sample_from_nothing(model, tokenizer, prompts, args.new_tokens, seed, guidance_scale)
+        samples = sample_from_nothing(model, tokenizer, prompts, args.new_tokens, seed, guidance_scale,
+                                      emphasis if given else 0.0)  # fmt: skip
         found = [analysed_key(notes) for notes in samples]
         result[f"{name}_accuracy"] = float(np.mean([hit == key for hit, key in zip(found, keys, strict=True)]))
+        if given:
+            result["tonic_triad_share"] = float(np.nanmean([tonality.tonic_triad_share(notes, key)
+                                                            for notes, key in zip(samples, keys, strict=True)]))  # fmt: skip
     result["key_samples"] = len(keys)
 
     # style: a classifier of the real training pieces names the style of each sample
@@ -195,19 +216,29 @@ def control_accuracies(model, tokenizer, splits: dict, seed: int, args: argparse
 
 
 def sample_from_nothing(model, tokenizer, controls: list, new_tokens: int, seed: int,
-                        guidance_scale: float = 1.0) -> list[np.ndarray]:
+                        guidance_scale: float = 1.0, emphasis: float = 0.0) -> list[np.ndarray]:
     """One piece per entry of ``controls``, sampled (top-p 0.95) from ``BOS`` and the control tokens;
-    ``guidance_scale != 1``: classifier-free guidance against the same prompt with every control unknown."""
+    ``guidance_scale != 1``: classifier-free guidance against the same prompt with every control unknown;
+    ``emphasis``: each row leans towards its key (rows of one key are then decoded together)."""
     from multimodal.generation.sample import generate_batch
 
     torch.manual_seed(seed)
-    samples = []
-    for start in range(0, len(controls), 16):
-        prompts = [[tokenizer.bos_id, *tokenizer.control_ids(c)] for c in controls[start : start + 16]]
+    batches = [list(range(start, min(start + 16, len(controls)))) for start in range(0, len(controls), 16)]
+    if emphasis:  # one bias per batch
+        by_key: dict = {}
+        for index, c in enumerate(controls):
+            by_key.setdefault(c.key, []).append(index)
+        batches = list(by_key.values())
+    samples: list = [None] * len(controls)
+    for rows in batches:
+        prompts = [[tokenizer.bos_id, *tokenizer.control_ids(controls[row])] for row in rows]
         unconditional = [tokenizer.without_controls(prompt) for prompt in prompts] if guidance_scale != 1 else None
-        rows = generate_batch(model, prompts, new_tokens, top_p=0.95, eos_id=tokenizer.eos_id,
-                              guidance_scale=guidance_scale, unconditional_prompts=unconditional)  # fmt: skip
-        samples += [tokenizer.decode_notes(row) for row in rows]
+        key = controls[rows[0]].key
+        leaning = tonality.key_emphasis(tokenizer, key, emphasis) if emphasis and key is not None else {}
+        decoded = generate_batch(model, prompts, new_tokens, top_p=0.95, eos_id=tokenizer.eos_id,
+                                 guidance_scale=guidance_scale, unconditional_prompts=unconditional, **leaning)  # fmt: skip
+        for row, ids in zip(rows, decoded, strict=True):
+            samples[row] = tokenizer.decode_notes(ids)
     return samples
 
 
@@ -227,33 +258,43 @@ def guidance(args: argparse.Namespace) -> None:
     splits = {name: corpus.split(name, data.get("validation_percent", 10), data.get("test_percent", 10))
               for name in ("train", "val", "test")}  # fmt: skip
     pieces = splits["val" if args.stage == "select" else "test"]  # continued for the quality overlaps
-    done = {(row["seed"], row["guidance_scale"]) for row in load(args.out)
-            if row.get("stage") == args.stage and row.get("model") == args.model}  # fmt: skip
+    # rows from before --key-emphasis (no tonic-triad share) are not counted as done: they are run again
+    done = {(row["seed"], row["guidance_scale"], row["key_emphasis"]) for row in load(args.out)
+            if row.get("stage") == args.stage and row.get("model") == args.model and "key_emphasis" in row}  # fmt: skip
+    keyed = [(notes, c.key) for notes, c in zip(pieces.notes, pieces.controls, strict=True) if c.key is not None]
+    real_share = float(np.mean([tonality.tonic_triad_share(notes, key) for notes, key in keyed]))
     for seed in args.seeds:
         for scale in args.scales:
-            if (seed, scale) in done:
-                print(f"seed {seed}, scale {scale}: already in {args.out}")
-                continue
-            started = time.perf_counter()
-            result = {"model": args.model, "seed": seed, "guidance_scale": scale,
-                      **control_accuracies(model, tokenizer, splits, seed, args, scale, baseline=False),
-                      "overlaps": collection_overlaps(model, tokenizer, pieces, seed, args, scale),
-                      "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
-            record(args.out, result, stage=args.stage)
-            print(json.dumps(result))
+            for emphasis in args.key_emphasis:
+                if (seed, scale, emphasis) in done:
+                    print(f"seed {seed}, scale {scale}, key emphasis {emphasis}: already in {args.out}")
+                    continue
+                started = time.perf_counter()
+                result = {"model": args.model, "seed": seed, "guidance_scale": scale, "key_emphasis": emphasis,
+                          **control_accuracies(model, tokenizer, splits, seed, args, scale, baseline=False,
+                                               emphasis=emphasis),
+                          "real_tonic_triad_share": real_share,
+                          "overlaps": collection_overlaps(model, tokenizer, pieces, seed, args, scale, emphasis),
+                          "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+                record(args.out, result, stage=args.stage)
+                print(json.dumps(result))
     print(guidance_table(load(args.out)))
 
 
 def guidance_table(rows: list[dict]) -> str:
     """Per stage, model and scale: key and style accuracy, mean ± sd over seeds."""
     rows = [row for row in rows if "guidance_scale" in row]
-    lines = ["| stage | model | guidance scale | seeds | key accuracy | style accuracy | lowest duration overlap | "
-             "lowest polyphony overlap | seconds |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = ["| stage | model | guidance scale | key emphasis | seeds | key accuracy | tonic-triad share (real) | "
+             "style accuracy | lowest duration overlap | lowest polyphony overlap | seconds |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        groups.setdefault((row["stage"], row["model"], row["guidance_scale"]), []).append(row)
-    for (stage, model, scale), group in sorted(groups.items()):
-        lines.append(f"| {stage} | {model} | {scale:g} | {len(group)} | {spread([r['key_accuracy'] for r in group], 3)} | "
+        groups.setdefault((row["stage"], row["model"], row["guidance_scale"], row.get("key_emphasis", -1.0)), []).append(row)
+    for (stage, model, scale, emphasis), group in sorted(groups.items()):  # -1: a row from before --key-emphasis
+        share = (f"{spread([r['tonic_triad_share'] for r in group], 3)} ({group[0]['real_tonic_triad_share']:.3f})"
+                 if all("tonic_triad_share" in r for r in group) else "—")  # fmt: skip
+        lines.append(f"| {stage} | {model} | {scale:g} | {'—' if emphasis < 0 else f'{emphasis:g}'} | {len(group)} | "
+                     f"{spread([r['key_accuracy'] for r in group], 3)} | {share} | "
                      f"{spread([r['style_accuracy'] for r in group], 3)} | "
                      + " | ".join(spread([min(c[feature] for c in r["overlaps"].values()) for r in group], 3)
                                   if all(r["overlaps"] for r in group) else "—" for feature in ("duration", "polyphony"))

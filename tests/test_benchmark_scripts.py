@@ -268,12 +268,16 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     # --guidance: the trained model again, without and with classifier-free guidance
     checkpoints = tmp_path / "runs" / "lightning_logs" / "seed0" / "checkpoints"
     model = next(path for path in (checkpoints / "best.ckpt", checkpoints / "last.ckpt") if path.is_file())
-    guided = subprocess.run([*tiny[:-2], "--guidance", "--model", str(model), "--scales", "1", "3", "--threads", "1"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    guided = subprocess.run([*tiny[:-2], "--guidance", "--model", str(model), "--scales", "1", "3", "--threads", "1",
+                             "--key-emphasis", "0", "30"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
     assert guided.returncode == 0, guided.stderr[-3000:]
     rows = [row for row in _rows(out) if "guidance_scale" in row]
-    assert sorted(row["guidance_scale"] for row in rows) == [1.0, 3.0]
+    assert sorted((row["guidance_scale"], row["key_emphasis"]) for row in rows) == [(1, 0), (1, 30), (3, 0), (3, 30)]
     assert all(0 <= row["key_accuracy"] <= 1 and 0 <= row["style_accuracy"] <= 1 for row in rows)
+    assert 0 < rows[0]["real_tonic_triad_share"] < 1
+    # 30 nats on the tonic triad: every note the key samples write is in it (where they write any)
+    assert all(row["tonic_triad_share"] == 1 for row in rows if row["key_emphasis"] == 30 and row["tonic_triad_share"] == row["tonic_triad_share"])
     assert "| select | " in guided.stdout
 
 

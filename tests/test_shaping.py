@@ -4,7 +4,12 @@ import pytest
 import torch
 
 from multimodal.generation import SamplingConfig, generate, generate_stream
-from multimodal.generation.processors import min_p_filter, no_repeat_ngram_mask, repetition_penalty
+from multimodal.generation.processors import (
+    add_logit_bias,
+    min_p_filter,
+    no_repeat_ngram_mask,
+    repetition_penalty,
+)
 from multimodal.models import CausalLM, CausalLMConfig
 
 
@@ -37,6 +42,52 @@ def test_min_p_equals_hugging_faces():
         assert torch.equal(min_p_filter(logits, min_p) == float("-inf"), expected == float("-inf"))
 
 
+def test_logit_bias_equals_hugging_faces_sequence_bias_of_single_ids():
+    from transformers.generation.logits_process import SequenceBiasLogitsProcessor
+
+    torch.manual_seed(2)
+    logits, tokens = torch.randn(3, 40), torch.randint(0, 40, (3, 5))
+    bias = {4: 1.5, 17: -2.0, 39: 0.25, 0: -float("inf")}
+    expected = SequenceBiasLogitsProcessor([[[token], value] for token, value in bias.items()])(tokens, logits.clone())
+    config = SamplingConfig(logit_bias=bias)
+    assert config.logit_bias == tuple(sorted(bias.items())) == SamplingConfig(logit_bias=list(bias.items())).logit_bias
+    torch.testing.assert_close(add_logit_bias(logits, config.logit_bias), expected)
+    assert add_logit_bias(logits, ()) is logits
+    with pytest.raises(ValueError, match="outside the vocabulary of 40"):
+        add_logit_bias(logits, ((40, 1.0),))
+
+
+def test_a_bias_within_a_group_moves_probability_only_inside_it():
+    torch.manual_seed(3)
+    logits, group = torch.randn(4, 30).double(), tuple(range(10, 20))
+    inside = torch.zeros(30, dtype=torch.bool)
+    inside[10:20] = True
+    before = logits.softmax(-1)
+    # Naively: inside the group the odds scale by e^bias and the group keeps its total; the rest is untouched.
+    after = add_logit_bias(logits, ((11, 2.0), (12, -1.0)), group).softmax(-1)
+    raw = before.clone()
+    raw[:, 11], raw[:, 12] = raw[:, 11] * torch.e**2, raw[:, 12] * torch.e**-1
+    share = before[:, inside].sum(-1, keepdim=True)
+    torch.testing.assert_close(after[:, inside], raw[:, inside] / raw[:, inside].sum(-1, keepdim=True) * share)
+    torch.testing.assert_close(after[:, ~inside], before[:, ~inside])
+    # A biased id outside the group moves mass as a plain bias does; inside, the odds are still those above.
+    after = add_logit_bias(logits, ((11, 2.0), (12, -1.0), (25, 0.5)), group).softmax(-1)
+    torch.testing.assert_close(after[:, inside] / after[:, inside].sum(-1, keepdim=True),
+                               raw[:, inside] / raw[:, inside].sum(-1, keepdim=True))  # fmt: skip
+    assert (after[:, 25] > before[:, 25]).all() and (after[:, inside].sum(-1) < share[:, 0]).all()
+
+
+def test_logit_bias_steers_decoding_and_beam_search_refuses_it():
+    model = _model()
+    prompt = torch.tensor([[1, 2, 3]])
+    free = generate(model, prompt, 8, temperature=0)[0, 3:].tolist()
+    banned = generate(model, prompt, 8, temperature=0, logit_bias={free[0]: -float("inf")})[0, 3:].tolist()
+    assert banned[0] != free[0] and free[0] not in banned
+    assert generate(model, prompt, 8, temperature=0, logit_bias={7: 1e4})[0, 3:].tolist() == [7] * 8
+    with pytest.raises(ValueError, match="logit_bias"):
+        generate(model, prompt, 8, num_beams=2, logit_bias={7: 1.0})
+
+
 def _model():
     torch.manual_seed(0)
     return CausalLM(CausalLMConfig.from_preset("tiny", vocab_size=50)).eval()
@@ -66,7 +117,8 @@ def test_the_stream_yields_what_generate_returns():
 
 
 def test_shaping_options_are_checked():
-    for bad in ({"min_new_tokens": -1}, {"repetition_penalty": 0}, {"no_repeat_ngram_size": -2}, {"min_p": 1.5}):
+    for bad in ({"min_new_tokens": -1}, {"repetition_penalty": 0}, {"no_repeat_ngram_size": -2}, {"min_p": 1.5},
+                {"logit_bias": {3: float("nan")}}, {"logit_bias": {-1: 1.0}}, {"logit_bias": {3: float("inf")}}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             SamplingConfig(**bad)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,6 +43,15 @@ class SamplingConfig:
             samples from ``log p(x | uncond) + s * (log p(x | cond) - log p(x | uncond))``, the
             unconditional prompt being the prompt with its conditioning (e.g. music controls) taken
             out. 1: off; > 1 follows the conditioning more strictly; costs a second row per row.
+        logit_bias: ``{id: bias}`` added to those ids' logits at every step, before the other rules
+            and the temperature (OpenAI's ``logit_bias``; Hugging Face's ``sequence_bias`` for
+            one-id sequences); ``-inf`` forbids an id. A mapping or ``(id, bias)`` pairs, kept as
+            sorted pairs.
+        logit_bias_group: Ids among which ``logit_bias`` only moves probability: after the bias their
+            logits are shifted together so that, when every biased id is in the group, the group's
+            total probability is what the model gave it (music: every PITCH id, so leaning towards
+            some pitches does not change how often a note starts;
+            :func:`multimodal.music.tonality.key_emphasis`). Empty: no such group.
     """
 
     temperature: float = 1.0
@@ -56,9 +66,19 @@ class SamplingConfig:
     length_penalty: float = 1.0
     early_stopping: bool = False
     guidance_scale: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logit_bias_group: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_ids", tuple(int(token) for token in self.stop_ids))
+        pairs = self.logit_bias.items() if isinstance(self.logit_bias, Mapping) else self.logit_bias
+        object.__setattr__(self, "logit_bias", tuple(sorted((int(token), float(bias)) for token, bias in pairs)))
+        bad = [(token, bias) for token, bias in self.logit_bias if token < 0 or math.isnan(bias) or bias == math.inf]
+        if bad:
+            raise ValueError(f"logit_bias takes ids >= 0 and biases that are numbers or -inf, got {bad[0]}")
+        object.__setattr__(self, "logit_bias_group", tuple(sorted({int(token) for token in self.logit_bias_group})))
+        if self.logit_bias_group and self.logit_bias_group[0] < 0:
+            raise ValueError(f"logit_bias_group takes ids >= 0, got {self.logit_bias_group[0]}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {self.temperature}")
         if self.top_k is not None and self.top_k < 0:

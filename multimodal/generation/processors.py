@@ -1,5 +1,5 @@
-"""Rules that reshape next-token logits before sampling: repetition penalty, no repeated n-grams,
-a minimum length, min-p. Pure functions over ``(batch, vocab)`` logits and the ids so far.
+"""Rules that reshape next-token logits before sampling: a per-id bias, repetition penalty, no repeated
+n-grams, a minimum length, min-p. Pure functions over ``(batch, vocab)`` logits and the ids so far.
 
 They follow the definitions of Hugging Face's logits processors of the same names (the tests
 hold them to those): the repetition penalty of Keskar et al. 2019 (CTRL) divides the positive
@@ -12,6 +12,33 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+
+def add_logit_bias(logits: Tensor, bias: tuple[tuple[int, float], ...], group: tuple[int, ...] = ()) -> Tensor:
+    """Logits ``(batch, vocab)`` with ``bias`` (``(id, value)`` pairs) added to those ids' columns in every row.
+
+    ``group``: after the bias the group's logits are shifted together by ``logsumexp(before) -
+    logsumexp(after)`` over the group, so a bias on its members only moves probability among them: with
+    every biased id in the group, the group's total probability and every other id's are the model's
+    (rows where the group has no probability are left as biased).
+
+    Raises:
+        ValueError: An id outside the vocabulary.
+    """
+    if not bias:
+        return logits
+    ids = torch.tensor([token for token, _ in bias], dtype=torch.long, device=logits.device)
+    members = torch.tensor(group, dtype=torch.long, device=logits.device)
+    largest = max(int(ids.max()), int(members.max()) if len(members) else 0)
+    if largest >= logits.shape[-1]:
+        raise ValueError(f"logit_bias names id {largest}, outside the vocabulary of {logits.shape[-1]}")
+    values = torch.tensor([value for _, value in bias], dtype=logits.dtype, device=logits.device)
+    biased = logits.index_add(-1, ids, values.expand(logits.shape[0], -1))
+    if len(members):
+        before, after = logits[:, members].logsumexp(-1), biased[:, members].logsumexp(-1)
+        shift = torch.where(torch.isfinite(before) & torch.isfinite(after), before - after, 0.0)
+        biased[:, members] += shift[:, None]
+    return biased
 
 
 def repetition_penalty(logits: Tensor, tokens: Tensor, penalty: float) -> Tensor:

@@ -19,7 +19,13 @@ from tqdm.auto import tqdm
 from multimodal.generation.beam import beam_search
 from multimodal.generation.config import SAMPLING_FIELDS, DecodingModel, SamplingConfig, check_max_new_tokens
 from multimodal.generation.guidance import GuidedModel
-from multimodal.generation.processors import forbid, min_p_filter, no_repeat_ngram_mask, repetition_penalty
+from multimodal.generation.processors import (
+    add_logit_bias,
+    forbid,
+    min_p_filter,
+    no_repeat_ngram_mask,
+    repetition_penalty,
+)
 
 
 def sample_next(
@@ -264,7 +270,9 @@ def _padded(padding: Tensor | None, pads: Tensor | None, start: int, length: int
 def _shape(
     logits: Tensor, tokens: Tensor, shaping: SamplingConfig, stops: tuple[int, ...], step: int, pads: Tensor | None = None
 ) -> Tensor:
-    """The logit rules of ``shaping`` (repetition, n-grams, minimum length) applied to one step's logits ``(batch, vocab)`` (rows' padding left out)."""
+    """The logit rules of ``shaping`` (bias, repetition, n-grams, minimum length) applied to one step's logits ``(batch, vocab)`` (rows' padding left out)."""
+    if shaping.logit_bias:
+        logits = add_logit_bias(logits.float(), shaping.logit_bias, shaping.logit_bias_group)
     if shaping.repetition_penalty != 1.0:
         seen = tokens if pads is None else _without_padding(tokens, pads)
         logits = repetition_penalty(logits.float(), seen, shaping.repetition_penalty)

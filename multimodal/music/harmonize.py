@@ -32,6 +32,7 @@ from torch import nn
 
 from multimodal.generation.config import SamplingConfig
 from multimodal.generation.guidance import GuidedModel
+from multimodal.generation.processors import add_logit_bias
 from multimodal.generation.sample import sample_next
 from multimodal.music.continuation import prepare_outputs, unconditional_prompt, write_audio
 from multimodal.music.voice_leading import ParallelsRule
@@ -232,8 +233,9 @@ def constrained_decode(
                         mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
                     elif parallels is not None and first <= time < last:  # outside, no pitch may start anyway
                         mask |= parallels.banned(time)
-                    token, own = int(sample_next(logits.float().cpu().masked_fill(mask, float("-inf"))[None],
-                                                 sampling, generator=generator)[0]), True  # fmt: skip
+                    scores = add_logit_bias(logits.float().cpu()[None], sampling.logit_bias, sampling.logit_bias_group)
+                    token, own = int(sample_next(scores.masked_fill(mask, float("-inf")), sampling,
+                                                 generator=generator)[0]), True  # fmt: skip
                     sampled += 1
                     if token == tokenizer.eos_id:
                         ids.append(token)

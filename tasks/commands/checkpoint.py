@@ -137,7 +137,7 @@ def model_path(parser: argparse.ArgumentParser, checkpoint: Path | None, model: 
 #: them, as :class:`multimodal.generation.SamplingConfig` does, rather than ignore them; refused here
 #: first, with the options' names as typed (:func:`tasks.arguments.sampling_from_args` then builds the config).
 SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "seed", "min_p", "repetition_penalty", "no_repeat_ngram_size",
-                    "min_new_tokens", "stream", "guidance_scale")  # fmt: skip
+                    "min_new_tokens", "stream", "guidance_scale", "key_emphasis")  # fmt: skip
 
 
 def _check_decoding(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from torch import nn
 from multimodal.data.music import MidiCorpus, load_bach_chorales, load_midi_files
 from multimodal.data.music21_collections import check_collections
 from multimodal.data.music21_corpus import collections_converted, load_music21_corpus
+from multimodal.generation.config import SamplingConfig
 from multimodal.limits import MAX_BATCH_SIZE, MAX_BEAMS, MAX_CONTEXT, MAX_NEW_TOKENS, MAX_SAMPLES
 from multimodal.music import (
     MusicScore,
@@ -29,6 +30,7 @@ from multimodal.music import (
     score_music,
 )
 from multimodal.music.harmonize import check_melody, harmonize_to_files, infill_to_files
+from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import (
@@ -78,6 +80,9 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     directed.add_argument("--key", type=_control(parse_key), help="tonic and mode, e.g. 'G minor', 'Bb major'")
     directed.add_argument("--meter", type=_control(parse_meter), help="time signature, e.g. 3/4, 6/8")
     directed.add_argument("--density", type=_control(parse_density), help="notes per second, e.g. 4")
+    directed.add_argument("--key-emphasis", type=non_negative_float, default=0.0, metavar="NATS",
+                          help="lean towards the --key's tonic chord: its pitches get this many nats more (e.g. "
+                               "0.5; 0: off; docs/music.md)")  # fmt: skip
     directed.add_argument("--guidance-scale", type=non_negative_float, default=1.0,
                           help="classifier-free guidance: > 1 follows the controls more strictly (1: off; "
                                "each step runs the model twice; docs/music.md)")  # fmt: skip
@@ -97,6 +102,8 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     if asked and not getattr(tokenizer.config, "controls", False):
         raise ValueError(f"{'/'.join(asked)}: this model was trained without controls; train one with "
                          "data.controls: true (docs/music.md)")  # fmt: skip
+    if args.key_emphasis and args.key is None:
+        raise ValueError("--key-emphasis: leans towards the --key's tonic chord; give --key too")
     if args.avoid_parallels and args.harmonize is None and args.infill is None:
         raise ValueError("--avoid-parallels: a rule of --harmonize and --infill; give one of them")
     if args.harmonize is not None:
@@ -122,7 +129,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         notes, source = held_out.notes[0], f"held-out piece {held_out.names[0]}"
     primer = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args))
     paths = continue_music(
-        model, tokenizer, primer, args.out, sampling_from_args(args), num_samples=args.num_samples,
+        model, tokenizer, primer, args.out, _sampling(args, tokenizer), num_samples=args.num_samples,
         max_new_tokens=args.max_new_tokens, seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
@@ -141,7 +148,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
     parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
     melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
     paths = harmonize_to_files(
-        model, tokenizer, melody, args.out, sampling_from_args(args), melody_part=melody_part, parts=parts,
+        model, tokenizer, melody, args.out, _sampling(args, tokenizer), melody_part=melody_part, parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels,
@@ -165,7 +172,7 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
     if len(notes) == 0 or start >= float(notes[:, 2].max()):
         raise ValueError(f"--infill {start:g} {end:g}: {args.primer} ends before the span starts")
     paths = infill_to_files(
-        model, tokenizer, notes, start, end, args.out, sampling_from_args(args), parts=parts,
+        model, tokenizer, notes, start, end, args.out, _sampling(args, tokenizer), parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels,
@@ -206,6 +213,14 @@ def _control(parse: Callable[[str], int]) -> Callable[[str], int]:
     return argument
 
 
+def _sampling(args: argparse.Namespace, tokenizer: MidiTokenizer) -> SamplingConfig:
+    """The sampling options of the command line, with ``--key-emphasis`` as its logit bias."""
+    sampling = sampling_from_args(args)
+    if args.key_emphasis:
+        sampling = sampling.with_options(**key_emphasis(tokenizer, args.key, args.key_emphasis))
+    return sampling
+
+
 def _controls_from(args: argparse.Namespace) -> Controls:
     """The controls asked for on the command line (unknown where not given)."""
     return Controls(*(getattr(args, name, None) for name in CONTROL_NAMES))
@@ -234,7 +249,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
         raise ValueError(f"{args.primer}: no MIDI file with notes in its first {args.primer_seconds:g} s "
                          f"({len(skipped)} skipped)")  # fmt: skip
     paths = continue_primers(
-        model, tokenizer, primers, args.out, sampling_from_args(args), batch_size=args.batch_size,
+        model, tokenizer, primers, args.out, _sampling(args, tokenizer), batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens, seed=args.seed, audio=not args.no_audio, soundfont=args.soundfont,
         overwrite=args.overwrite,
     )  # fmt: skip

@@ -19,6 +19,7 @@ from multimodal.music import (
     parse_controls,
     primer_ids,
     read_primer,
+    tonality,
 )
 from multimodal.music.continuation import unconditional_prompt
 from multimodal.tokenizers.midi_files import read_midi_notes
@@ -28,6 +29,7 @@ from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
 SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P, GUIDANCE = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0), (0.0, 5.0)
+KEY_EMPHASIS = (0.0, 3.0)  # nats on the tonic chord's pitches (multimodal.music.tonality)
 NOTHING = "(nothing: the controls lead)"  # the piece choice that starts from silence
 KEEP = 32  # request folders kept (Gradio serves its own copies): the server's disk use stays bounded
 
@@ -53,13 +55,14 @@ class MusicSession:
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
         density: float | None = None, harmonize: bool = False, guidance_scale: float = 1.0,
-        avoid_parallels: bool = False,
+        avoid_parallels: bool = False, key_emphasis: float = 0.0,
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
         trained with controls (empty: the model's choice); with ``harmonize`` the upload is a melody kept
         exactly and the model writes the other parts (a model with parts; ``avoid_parallels``: with no parallel
-        fifths or octaves, :class:`~multimodal.music.voice_leading.ParallelsRule`). A ``gradio.Error`` (one line) for
+        fifths or octaves, :class:`~multimodal.music.voice_leading.ParallelsRule`); ``key_emphasis`` leans towards
+        the key's tonic chord (:func:`~multimodal.music.tonality.key_emphasis`). A ``gradio.Error`` (one line) for
         an upload that is not MIDI, a setting outside its widget's bounds, or a control the model does not know."""
         import gradio as gr
 
@@ -69,11 +72,15 @@ class MusicSession:
         top_p = bounded("top-p", top_p, *TOP_P)
         seed = int(bounded("seed", seed, *SEEDS, whole=True))
         guidance_scale = bounded("guidance", guidance_scale, *GUIDANCE)
+        key_emphasis = bounded("key emphasis", key_emphasis, *KEY_EMPHASIS)
         try:
             controls = parse_controls(style or None, key or None, meter or None, density or None)
         except ValueError as error:
             raise gr.Error(str(error)) from None
-        sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale)
+        if key_emphasis and controls.key is None:
+            raise gr.Error("Key emphasis leans towards the chosen key: choose a key too.")
+        leaning = tonality.key_emphasis(self.tokenizer, controls.key, key_emphasis) if key_emphasis else {}
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale, **leaning)
         if harmonize:
             return self._harmonize(upload, controls, length, sampling, seed, avoid_parallels)
         try:
@@ -158,6 +165,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                     density = gr.Number(None, minimum=0.1, maximum=50, label="notes per second")
                     guidance = gr.Slider(*GUIDANCE, value=1.0, step=0.5,
                                          label="guidance (> 1: follow the controls more strictly)")  # fmt: skip
+                    emphasis = gr.Slider(*KEY_EMPHASIS, value=0.0, step=0.25,
+                                         label="key emphasis (lean on the key's tonic chord)")  # fmt: skip
                 button = gr.Button("Continue", variant="primary")
             with gr.Column():
                 message = gr.Markdown()
@@ -165,6 +174,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 roll = gr.Image(label="piano roll: primer blue, continuation orange", type="filepath")
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
-                                                key, meter, density, harmonize, guidance, avoid_parallels],
+                                                key, meter, density, harmonize, guidance, avoid_parallels, emphasis],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

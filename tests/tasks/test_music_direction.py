@@ -56,6 +56,11 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "guided"), "--primer-seconds", "0",
           "--key", "G minor", "--guidance-scale", "3", "--max-new-tokens", "48", "--seed", "0", "--no-audio"])  # fmt: skip
     assert (tmp_path / "guided" / "sample_0.mid").is_file()
+    main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "leaning"), "--primer-seconds", "0",
+          "--key", "G minor", "--key-emphasis", "40", "--max-new-tokens", "48", "--seed", "0", "--no-audio"])  # fmt: skip
+    leaning = [n.pitch % 12 for t in pretty_midi.PrettyMIDI(str(tmp_path / "leaning/sample_0.mid")).instruments
+               for n in t.notes]  # fmt: skip
+    assert leaning and set(leaning) <= {7, 10, 2}  # 40 nats on G, B-flat, D: no other pitch is written
     midi = pretty_midi.PrettyMIDI(str(out / "sample_0.mid"))
     assert midi.instruments and all(track.name in SATB for track in midi.instruments)  # one named track per part
     assert [track.name for track in midi.instruments] == [name for name in SATB if name in
@@ -76,6 +81,10 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     assert Path(wav).is_file() and Path(roll).is_file() and Path(midi_path).is_file()
     with pytest.raises(gr.Error, match="key 'H major'"):
         session.continue_primer(NOTHING, None, 3.0, 32, 1.0, 0.95, 0, key="H major")
+    with pytest.raises(gr.Error, match="choose a key"):
+        session.continue_primer(NOTHING, None, 3.0, 32, 1.0, 0.95, 0, key="", key_emphasis=1.0)
+    *_, message = session.continue_primer(NOTHING, None, 3.0, 32, 1.0, 0.95, 0, key="D major", key_emphasis=1.0)
+    assert "key=D major" in message
 
     from music21 import converter
 
@@ -147,6 +156,9 @@ def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chor
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--avoid-parallels"],
                           capsys, monkeypatch)  # fmt: skip
     assert line.startswith("error: --avoid-parallels: a rule of --harmonize and --infill")
+    line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--key-emphasis", "1"],
+                          capsys, monkeypatch)  # fmt: skip
+    assert line.startswith("error: --key-emphasis: leans towards the --key's tonic chord")
 
     import gradio as gr
 
