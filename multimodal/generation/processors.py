@@ -10,6 +10,8 @@ keeps the ids whose probability is at least ``min_p`` times the most likely one'
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -27,18 +29,23 @@ def add_logit_bias(logits: Tensor, bias: tuple[tuple[int, float], ...], group: t
     """
     if not bias:
         return logits
-    ids = torch.tensor([token for token, _ in bias], dtype=torch.long, device=logits.device)
-    members = torch.tensor(group, dtype=torch.long, device=logits.device)
+    ids, values, members = (tensor.to(logits.device) for tensor in _bias_tensors(tuple(bias), tuple(group)))
     largest = max(int(ids.max()), int(members.max()) if len(members) else 0)
     if largest >= logits.shape[-1]:
         raise ValueError(f"logit_bias names id {largest}, outside the vocabulary of {logits.shape[-1]}")
-    values = torch.tensor([value for _, value in bias], dtype=logits.dtype, device=logits.device)
-    biased = logits.index_add(-1, ids, values.expand(logits.shape[0], -1))
+    biased = logits.index_add(-1, ids, values.to(logits.dtype).expand(logits.shape[0], -1))
     if len(members):
         before, after = logits[:, members].logsumexp(-1), biased[:, members].logsumexp(-1)
         shift = torch.where(torch.isfinite(before) & torch.isfinite(after), before - after, 0.0)
         biased[:, members] += shift[:, None]
     return biased
+
+
+@functools.lru_cache(maxsize=8)
+def _bias_tensors(bias: tuple[tuple[int, float], ...], group: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor]:
+    """The ids, values and group of a bias as tensors, made once per bias (a decoding loop asks every step)."""
+    ids = torch.tensor([token for token, _ in bias], dtype=torch.long)
+    return ids, torch.tensor([value for _, value in bias], dtype=torch.float64), torch.tensor(group, dtype=torch.long)
 
 
 def repetition_penalty(logits: Tensor, tokens: Tensor, penalty: float) -> Tensor:

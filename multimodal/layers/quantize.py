@@ -49,7 +49,6 @@ KV_CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16
 """What ``kv_cache_dtype=`` takes (``multimodal generate --kv-cache``): the dtype the caches store."""
 
 
-
 def _kernel(overload):
     """The C++ function behind an op's overload. Calling ``torch.ops.quantized.X`` resolves the overload and
     scans the arguments for traced script objects on every call (~10 µs; a batch-1 decoding step of the
