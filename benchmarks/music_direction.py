@@ -71,6 +71,9 @@ def main() -> None:
                         help="--guidance: nats on the requested key's tonic-chord pitches (multimodal.music.tonality)")
     parser.add_argument("--stage", choices=["select", "report"], default="select",
                         help="--guidance: select (seeds the report does not use) or report")  # fmt: skip
+    parser.add_argument("--real-ceiling", action="store_true",
+                        help="per collection: the overlaps between two disjoint sets of --pieces real pieces of the "
+                             "--stage's split (the measure's noise at that sample size), 20 draws; prints, records nothing")
     parser.add_argument("--figure", type=Path, help="draw two chorales from nothing in two keys with seed 0's model "
                         "into this PNG (the README's picture) and stop")  # fmt: skip
     args = parser.parse_args()
@@ -82,6 +85,9 @@ def main() -> None:
     if args.guidance:
         torch.set_num_threads(args.threads)
         guidance(args)
+        return
+    if args.real_ceiling:
+        print(real_ceiling(args))
         return
     if args.figure:
         two_keys_figure(args.root / "lightning_logs" / "seed0" / "checkpoints" / "best.ckpt", args.figure)
@@ -279,6 +285,45 @@ def guidance(args: argparse.Namespace) -> None:
                 record(args.out, result, stage=args.stage)
                 print(json.dumps(result))
     print(guidance_table(load(args.out)))
+
+
+def real_ceiling(args: argparse.Namespace, draws: int = 20) -> str:
+    """``--real-ceiling``: real against real, per collection — two disjoint random sets of ``args.pieces`` pieces of
+    the stage's split (validation for select, test for report), each piece from ``args.primer_seconds`` to its
+    end as the tokenizer sees it; mean ± sd over ``draws`` of the duration and polyphony overlaps."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+    from multimodal.music import excerpt_stats, overlaps
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+
+    _, tokenizer, data = load_task(resolve_model(args.model))
+    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
+    pieces = corpus.split("val" if args.stage == "select" else "test", data.get("validation_percent", 10),
+                          data.get("test_percent", 10))  # fmt: skip
+    by_collection: dict[str, list[int]] = {}
+    for index, name in enumerate(pieces.names):
+        by_collection.setdefault(name.split("/")[0], []).append(index)
+    stats = {}
+    lines = [f"| collection | pieces in the split | duration overlap, {args.pieces} vs {args.pieces} real | polyphony overlap |",
+             "|---|---:|---:|---:|"]  # fmt: skip
+    generator = np.random.default_rng(0)
+    for collection, indices in sorted(by_collection.items()):
+        if len(indices) < 2 * args.pieces:
+            lines.append(f"| {collection} | {len(indices)} | (fewer than {2 * args.pieces}) | |")
+            continue
+        for index in indices:
+            if index not in stats:
+                notes = tokenizer.decode_notes(tokenizer.encode_notes(pieces.notes[index]))
+                stats[index] = excerpt_stats(notes, start=args.primer_seconds)
+        found = []
+        for _ in range(draws):
+            chosen = generator.permutation(indices)[: 2 * args.pieces]
+            first, second = (sum((stats[i] for i in half[1:]), stats[half[0]]) for half in np.split(chosen, 2))
+            both = overlaps(first, second)
+            found.append((both["duration"], both["polyphony"]))
+        duration, polyphony = zip(*found, strict=True)
+        lines.append(f"| {collection} | {len(indices)} | {spread(list(duration), 3)} | {spread(list(polyphony), 3)} |")
+    return "\n".join(lines)
 
 
 def guidance_table(rows: list[dict]) -> str:

@@ -279,6 +279,10 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     # 30 nats on the tonic triad: every note the key samples write is in it (where they write any)
     assert all(row["tonic_triad_share"] == 1 for row in rows if row["key_emphasis"] == 30 and row["tonic_triad_share"] == row["tonic_triad_share"])
     assert "| select | " in guided.stdout
+    ceiling = subprocess.run([*tiny[:-2], "--real-ceiling", "--model", str(model), "--pieces", "1"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert ceiling.returncode == 0, ceiling.stderr[-3000:]
+    assert "| bach |" in ceiling.stdout and "1 vs 1 real" in ceiling.stdout
 
 
 @pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it
