@@ -181,6 +181,7 @@ RECIPES = {
     "patch 4": ["--model.init_args.model.patch_size=4"],
     "conv stem 16": ["--model.init_args.model.stem_channels=[16]"],
     "conv stem 32": ["--model.init_args.model.stem_channels=[32]"],
+    "dropout 0.1": ["--model.init_args.model.dropout=0.1"],
 }
 """Fashion-MNIST recipes: command-line overrides of the shipped configs."""
 
@@ -249,7 +250,7 @@ def fashion_protocol(args: argparse.Namespace) -> None:
             extra.append(f"--trainer.max_time=00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}")
             job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
                    "test": args.stage == "report", "extra": extra}  # fmt: skip
-            row = {"recipe": name, "seed": seed, "budget_minutes": budget, **_run(job)}
+            row = {"recipe": name, "seed": seed, "budget_minutes": budget, **({"set": args.set} if args.set else {}), **_run(job)}
             record(args.out, row, args.stage)
             print(json.dumps(row), flush=True)
     print(fashion_protocol_tables(load(args.out)))
