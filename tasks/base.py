@@ -86,7 +86,7 @@ class Task(FineTuningMixin, SelfContainedCheckpoint, pl.LightningModule):
         self.configure_finetuning(finetune)
         if compile:
             compile_blocks(self.model)
-        self.optimizer_factory = optimizer
+        self.optimizer_factory = SharedCallable(optimizer)
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self._evaluation_sums = torch.zeros(len(self.evaluation_sum_names), dtype=torch.float64)
 
@@ -271,3 +271,23 @@ def _loaders(dataloaders: Any) -> list[Any]:
     if isinstance(dataloaders, (list, tuple)):
         return list(dataloaders)
     return [] if dataloaders is None else [dataloaders]
+
+
+class SharedCallable:
+    """A callable that a deep copy of its owner shares instead of copying.
+
+    A task keeps its optimizer factory; an EMA of the weights (Lightning's ``EMAWeightAveraging``,
+    through ``torch.optim.swa_utils.AveragedModel``) deep-copies the whole task. Under DDP the
+    factory that ``LightningCLI`` builds holds jsonargparse's instantiator, which holds a lock that
+    cannot be copied. A factory is a recipe, not state: the copy can use the same one.
+    """
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict) -> SharedCallable:
+        return self
+

@@ -120,6 +120,26 @@ def test_missing_fashion_mnist_says_how_to_get_it(tmp_path):
         _ = data.num_classes
 
 
+def test_a_task_deep_copies_with_an_optimizer_factory_that_cannot_be_copied():
+    """EMA's AveragedModel deep-copies the task; under DDP the CLI's optimizer factory holds a lock."""
+    import copy
+    import functools
+    import threading
+
+    def adamw_with_lock(lock, params, **options):
+        return torch.optim.AdamW(params, **options)
+
+    factory = functools.partial(adamw_with_lock, threading.Lock(), lr=0.01)
+    with pytest.raises(TypeError, match="lock"):
+        copy.deepcopy(factory)  # what the task must not try
+    task = ImageClassification({"image_size": 8, "patch_size": 2, "channels": 1, "num_classes": 3, "dim": 16,
+                                "num_layers": 1, "num_heads": 2}, optimizer=factory)  # fmt: skip
+    twin = copy.deepcopy(task)
+    assert twin.model is not task.model and torch.equal(twin.model.head.weight, task.model.head.weight)
+    optimizer = twin.optimizer_factory(twin.parameters())
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["lr"] == 0.01
+
+
 def test_generate_on_a_classifier_points_to_predict(vit_args, tmp_path, capsys):
     task = ImageClassification({"image_size": 8, "patch_size": 2, "channels": 1, "num_classes": 3, "dim": 16,
                                 "num_layers": 1, "num_heads": 2})  # fmt: skip
