@@ -126,15 +126,12 @@ def train(seed: int, args: argparse.Namespace) -> Path:
 
 def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
     """The key, style, quality and NLL numbers of one trained model (module docstring)."""
-    from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.music import score_music
     from tasks.checkpoint import load_task
 
     task, tokenizer, data = load_task(checkpoint)
     model = task.model.eval()
-    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
-    splits = {name: corpus.split(name, data.get("validation_percent", 10), data.get("test_percent", 10))
-              for name in ("train", "test")}  # fmt: skip
+    splits = run_splits(data, ("train", "test"))
     result = {"checkpoint": str(checkpoint.relative_to(ROOT) if checkpoint.is_relative_to(ROOT) else checkpoint)}
 
     result.update(control_accuracies(model, tokenizer, splits, seed, args))
@@ -148,17 +145,30 @@ def measure(checkpoint: Path, seed: int, args: argparse.Namespace) -> dict:
     return result
 
 
+def run_splits(data: dict, names: tuple[str, ...]) -> dict:
+    """The run's music21 pieces (``data``: its data settings) cut into the named splits, as training cut them."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+
+    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
+    return {name: corpus.split(name, data.get("validation_percent", 10), data.get("test_percent", 10)) for name in names}
+
+
+def by_collection(pieces) -> dict[str, list[int]]:
+    """The indices of ``pieces`` per collection (the first part of each name), collections in name order."""
+    groups: dict[str, list[int]] = {}
+    for index, name in enumerate(pieces.names):
+        groups.setdefault(name.split("/")[0], []).append(index)
+    return dict(sorted(groups.items()))
+
+
 def collection_overlaps(model, tokenizer, pieces, seed: int, args: argparse.Namespace, guidance_scale: float = 1.0,
                         emphasis: float = 0.0) -> dict:
     """Per collection: duration and polyphony overlaps of ``args.pieces`` of ``pieces`` continued with their own
     controls (and ``emphasis`` on each piece's own key, when it has one)."""
     from multimodal.music import evaluate_continuations, overlaps
 
-    by_collection: dict[str, list[int]] = {}
-    for index, name in enumerate(pieces.names):
-        by_collection.setdefault(name.split("/")[0], []).append(index)
     found = {}
-    for collection, indices in sorted(by_collection.items()):
+    for collection, indices in by_collection(pieces).items():
         chosen = indices[: args.pieces]
         common = {"primer_seconds": args.primer_seconds, "max_new_tokens": args.new_tokens, "top_p": 0.95,
                   "guidance_scale": guidance_scale}  # fmt: skip
@@ -254,15 +264,12 @@ def guidance(args: argparse.Namespace) -> None:
     Nothing is trained. ``--stage select`` is meant for seeds that the report does not use (the scale
     is chosen there); ``--stage report`` for the reported seeds. One JSON line per (seed, scale).
     """
-    from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.pretrained import resolve_model
     from tasks.checkpoint import load_task
 
     task, tokenizer, data = load_task(resolve_model(args.model))
     model = task.model.eval()
-    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
-    splits = {name: corpus.split(name, data.get("validation_percent", 10), data.get("test_percent", 10))
-              for name in ("train", "val", "test")}  # fmt: skip
+    splits = run_splits(data, ("train", "val", "test"))
     pieces = splits["val" if args.stage == "select" else "test"]  # continued for the quality overlaps
     # rows from before --key-emphasis (no tonic-triad share) are not counted as done: they are run again
     done = {(row["seed"], row["guidance_scale"], row["key_emphasis"]) for row in load(args.out)
@@ -291,23 +298,18 @@ def real_ceiling(args: argparse.Namespace, draws: int = 20) -> str:
     """``--real-ceiling``: real against real, per collection — two disjoint random sets of ``args.pieces`` pieces of
     the stage's split (validation for select, test for report), each piece from ``args.primer_seconds`` to its
     end as the tokenizer sees it; mean ± sd over ``draws`` of the duration and polyphony overlaps."""
-    from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.music import excerpt_stats, overlaps
     from multimodal.pretrained import resolve_model
     from tasks.checkpoint import load_task
 
     _, tokenizer, data = load_task(resolve_model(args.model))
-    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
-    pieces = corpus.split("val" if args.stage == "select" else "test", data.get("validation_percent", 10),
-                          data.get("test_percent", 10))  # fmt: skip
-    by_collection: dict[str, list[int]] = {}
-    for index, name in enumerate(pieces.names):
-        by_collection.setdefault(name.split("/")[0], []).append(index)
+    stage = "val" if args.stage == "select" else "test"
+    pieces = run_splits(data, (stage,))[stage]
     stats = {}
     lines = [f"| collection | pieces in the split | duration overlap, {args.pieces} vs {args.pieces} real | polyphony overlap |",
              "|---|---:|---:|---:|"]  # fmt: skip
     generator = np.random.default_rng(0)
-    for collection, indices in sorted(by_collection.items()):
+    for collection, indices in by_collection(pieces).items():
         if len(indices) < 2 * args.pieces:
             lines.append(f"| {collection} | {len(indices)} | (fewer than {2 * args.pieces}) | |")
             continue

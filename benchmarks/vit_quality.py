@@ -250,7 +250,8 @@ def fashion_protocol(args: argparse.Namespace) -> None:
             extra.append(f"--trainer.max_time=00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}")
             job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
                    "test": args.stage == "report", "extra": extra}  # fmt: skip
-            row = {"recipe": name, "seed": seed, "budget_minutes": budget, **({"set": args.set} if args.set else {}), **_run(job)}
+            overrides = {"set": args.set} if args.set else {}
+            row = {"recipe": name, "seed": seed, "budget_minutes": budget, **overrides, **_run(job)}
             record(args.out, row, args.stage)
             print(json.dumps(row), flush=True)
     print(fashion_protocol_tables(load(args.out)))

@@ -290,4 +290,3 @@ class SharedCallable:
 
     def __deepcopy__(self, memo: dict) -> SharedCallable:
         return self
-
