@@ -272,8 +272,10 @@ def guidance(args: argparse.Namespace) -> None:
     splits = run_splits(data, ("train", "val", "test"))
     pieces = splits["val" if args.stage == "select" else "test"]  # continued for the quality overlaps
     # rows from before --key-emphasis (no tonic-triad share) are not counted as done: they are run again
+    # rows from before --pieces was recorded continued 8 pieces per collection
     done = {(row["seed"], row["guidance_scale"], row["key_emphasis"]) for row in load(args.out)
-            if row.get("stage") == args.stage and row.get("model") == args.model and "key_emphasis" in row}  # fmt: skip
+            if row.get("stage") == args.stage and row.get("model") == args.model and "key_emphasis" in row
+            and row.get("pieces", 8) == args.pieces}  # fmt: skip
     keyed = [(notes, c.key) for notes, c in zip(pieces.notes, pieces.controls, strict=True) if c.key is not None]
     real_share = float(np.mean([tonality.tonic_triad_share(notes, key) for notes, key in keyed]))
     for seed in args.seeds:
@@ -284,6 +286,7 @@ def guidance(args: argparse.Namespace) -> None:
                     continue
                 started = time.perf_counter()
                 result = {"model": args.model, "seed": seed, "guidance_scale": scale, "key_emphasis": emphasis,
+                          "pieces": args.pieces,
                           **control_accuracies(model, tokenizer, splits, seed, args, scale, baseline=False,
                                                emphasis=emphasis),
                           "real_tonic_triad_share": real_share,
@@ -332,17 +335,18 @@ def guidance_table(rows: list[dict]) -> str:
     """Per stage, model and scale: key and style accuracy, mean ± sd over seeds."""
     rows = [row for row in rows if "guidance_scale" in row]
     lines = ["| stage | model | guidance scale | key emphasis | seeds | key accuracy | tonic-triad share (real) | "
-             "style accuracy | lowest duration overlap | lowest polyphony overlap | seconds |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "style accuracy | pieces per collection | lowest duration overlap | lowest polyphony overlap | seconds |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        groups.setdefault((row["stage"], row["model"], row["guidance_scale"], row.get("key_emphasis", -1.0)), []).append(row)
-    for (stage, model, scale, emphasis), group in sorted(groups.items()):  # -1: a row from before --key-emphasis
+        key = (row["stage"], row["model"], row["guidance_scale"], row.get("key_emphasis", -1.0), row.get("pieces", 8))
+        groups.setdefault(key, []).append(row)
+    for (stage, model, scale, emphasis, pieces), group in sorted(groups.items()):  # -1: from before --key-emphasis
         share = (f"{spread([r['tonic_triad_share'] for r in group], 3)} ({group[0]['real_tonic_triad_share']:.3f})"
                  if all("tonic_triad_share" in r for r in group) else "—")  # fmt: skip
         lines.append(f"| {stage} | {model} | {scale:g} | {'—' if emphasis < 0 else f'{emphasis:g}'} | {len(group)} | "
                      f"{spread([r['key_accuracy'] for r in group], 3)} | {share} | "
-                     f"{spread([r['style_accuracy'] for r in group], 3)} | "
+                     f"{spread([r['style_accuracy'] for r in group], 3)} | {pieces} | "
                      + " | ".join(spread([min(c[feature] for c in r["overlaps"].values()) for r in group], 3)
                                   if all(r["overlaps"] for r in group) else "—" for feature in ("duration", "polyphony"))
                      + f" | {statistics.fmean(r['seconds'] for r in group):.0f} |")  # fmt: skip
