@@ -47,6 +47,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
+from multimodal.data.anticipation import GivenNotesDraw
 from multimodal.data.storage import atomic_write_text, cache_root, hash_bucket
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import UnusableMidi, read_midi_notes
@@ -316,6 +317,8 @@ class MidiWindowDataset(Dataset):
         collection_shares: Share of the windows each named collection gets (the part of a piece's
             name before its first ``/``), e.g. ``{"bach": 0.4}``; the collections not named share the
             rest in proportion to their notes. None: every note equally likely.
+        given_notes: Draws, per window, which notes of the piece are given ahead of time
+            (:mod:`multimodal.data.anticipation`; the tokenizer needs ``anticipation_steps``). None: none.
     """
 
     def __init__(
@@ -328,9 +331,13 @@ class MidiWindowDataset(Dataset):
         seed: int | None = None,
         control_dropout: float = DEFAULT_DROPOUT,
         collection_shares: dict[str, float] | None = None,
+        given_notes: GivenNotesDraw | None = None,
     ) -> None:
         if len(corpus) == 0:
             raise ValueError("the corpus holds no piece; check the split and the limit")
+        if given_notes is not None and not getattr(tokenizer.config, "anticipation_steps", 0):
+            raise ValueError("given_notes needs a tokenizer with anticipation_steps > 0 (AHEAD ids)")
+        self.given_notes = given_notes
         self.corpus, self.tokenizer, self.seq_len = corpus, tokenizer, seq_len
         self.epoch_length, self.augmentation, self.control_dropout = epoch_length, augmentation, control_dropout
         self.seed, self.epoch = seed, 0
@@ -369,15 +376,18 @@ class MidiWindowDataset(Dataset):
             notes, semitones = self.augmentation.draw(notes, rng)
         elif self.augmentation is not None:
             notes = self.augmentation(notes, rng)
+        given = None
+        if self.given_notes is not None:
+            notes, given = self.given_notes(notes, rng)
         if not _has_controls(self.tokenizer):
-            ids = _piece_ids(self.tokenizer, notes)
+            ids = _piece_ids(self.tokenizer, notes, given=given)
             start = int(rng.integers(0, max(len(ids) - self.seq_len - 1, 0) + 1))
             return _pad(ids[start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
         # Every window opens BOS + controls (each hidden at random), then events from a random place.
         controls = _controls(self.corpus, piece).transposed(semitones)
         controls = controls.dropped((rng.random(len(CONTROL_NAMES)) >= self.control_dropout).tolist())
         head = torch.tensor([self.tokenizer.bos_id, *self.tokenizer.control_ids(controls)])
-        body = _piece_ids(self.tokenizer, notes)[1:]
+        body = _piece_ids(self.tokenizer, notes, given=given)[1:]
         room = self.seq_len + 1 - len(head)
         start = int(rng.integers(0, max(len(body) - room, 0) + 1))
         return _pad(torch.cat([head, body[start : start + room]]), self.seq_len + 1, self.pad_id)
@@ -442,9 +452,14 @@ class MidiPieceWindows(Dataset):
         return _pad(self.pieces[piece][start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
 
 
-def _piece_ids(tokenizer: MidiTokenizer, notes: np.ndarray, controls: Controls | None = None) -> torch.Tensor:
-    """``[BOS] (+ controls) + events + [EOS]`` of one piece as int64 ``(length,)``."""
-    events = torch.from_numpy(tokenizer.encode_notes_array(notes))
+def _piece_ids(tokenizer: MidiTokenizer, notes: np.ndarray, controls: Controls | None = None,
+               given: np.ndarray | None = None) -> torch.Tensor:
+    """``[BOS] (+ controls) + events + [EOS]`` of one piece as int64 ``(length,)``; with ``given`` notes,
+    the events are ``notes`` with ``given`` written ahead (``encode_anticipated``)."""
+    if given is None:
+        events = torch.from_numpy(tokenizer.encode_notes_array(notes))
+    else:
+        events = torch.from_numpy(tokenizer.encode_anticipated(notes, given)[0])
     head = [tokenizer.bos_id, *(tokenizer.control_ids(controls) if controls is not None else [])]
     return torch.cat([torch.tensor(head), events, torch.tensor([tokenizer.eos_id])])
 

@@ -73,6 +73,9 @@ class MidiDurationTokenizerConfig(MidiTokenizerConfig):
         part_names: Track names of the parts in decoded MIDI files (default ``Part 1``, ...).
         part_programs: General MIDI programs of the parts in decoded files (default 0, the piano).
         controls: Reserve the STYLE / KEY / METER / DENSITY ids of :mod:`~multimodal.tokenizers.music_controls`.
+        anticipation_steps: How far ahead, in steps, a given note is written before its onset
+            (:meth:`MidiDurationTokenizer.encode_anticipated`); reserves ``AHEAD_0 … AHEAD_<steps>``.
+            0: no given notes in the vocabulary.
     """
 
     max_duration_steps: int = 800
@@ -80,11 +83,14 @@ class MidiDurationTokenizerConfig(MidiTokenizerConfig):
     part_names: tuple[str, ...] = ()
     part_programs: tuple[int, ...] = ()
     controls: bool = False
+    anticipation_steps: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_duration_steps < 1:
             raise ValueError(f"max_duration_steps={self.max_duration_steps} must be at least 1")
+        if self.anticipation_steps < 0:
+            raise ValueError(f"anticipation_steps={self.anticipation_steps} must be 0 (none) or more")
         if not 1 <= self.num_parts <= MAX_PARTS:
             raise ValueError(f"num_parts={self.num_parts} must lie in 1..{MAX_PARTS}")
         object.__setattr__(self, "part_names", tuple(str(name) for name in self.part_names))  # lists from JSON
@@ -128,18 +134,23 @@ class MidiDurationTokenizer(MidiTokenizer):
         self.duration_offset = self.pitch_offset + NUM_PITCHES * self.config.num_parts
         self.control_offset = self.duration_offset + len(self._durations)
         self._control_offsets: dict[str, int] = {}
+        offset = self.control_offset
         if self.config.controls:
-            offset = self.control_offset
             for name, size in control_sizes().items():
                 self._control_offsets[name.upper()] = offset
                 offset += size
+        self.ahead_offset = offset  # AHEAD_0 … AHEAD_<anticipation_steps> follow the controls
         # Ids of the performance layout do not exist here.
         self.note_on_offset = self.note_off_offset = None
 
     @property
     def vocab_size(self) -> int:
-        """3 specials + time shifts + velocity bins + 128 pitches per part + durations (+ controls)."""
-        return self.control_offset + (sum(control_sizes().values()) if self.config.controls else 0)
+        """3 specials + time shifts + velocity bins + 128 pitches per part + durations (+ controls, + AHEAD)."""
+        return self.ahead_offset + (self.config.anticipation_steps + 1 if self.config.anticipation_steps else 0)
+
+    def _is_control(self, token: int) -> bool:
+        """Whether ``token`` is a STYLE / KEY / METER / DENSITY id."""
+        return self.control_offset <= token < self.ahead_offset
 
     def control_ids(self, controls: Controls | None = None) -> list[int]:
         """The ids ``STYLE KEY METER DENSITY`` that follow BOS (``None`` or a ``None`` field: unknown).
@@ -163,14 +174,14 @@ class MidiDurationTokenizer(MidiTokenizer):
         unknown = self.control_ids(None)  # raises without controls
         kinds = [self.token_to_event(token).kind for token in unknown]
         ids = _as_id_array(ids).tolist()
-        return [unknown[kinds.index(self.token_to_event(token).kind)] if token >= self.control_offset else token
+        return [unknown[kinds.index(self.token_to_event(token).kind)] if self._is_control(token) else token
                 for token in ids]  # fmt: skip
 
     def controls_in(self, ids: Any) -> Controls:
         """The controls written in a sequence (the first of each kind; unknown where none is)."""
         found: dict[str, int | None] = {}
         for token in _as_id_array(ids).tolist():
-            if token >= self.control_offset and self.config.controls:
+            if self._is_control(token):
                 event = self.token_to_event(token)
                 found.setdefault(event.kind.lower(), event.value)
         return Controls(**{name: found.get(name) for name in CONTROL_NAMES})
@@ -193,6 +204,8 @@ class MidiDurationTokenizer(MidiTokenizer):
             return MidiEvent("PITCH", token - self.pitch_offset)
         if token < self.control_offset:
             return MidiEvent("DURATION", int(self._durations[token - self.duration_offset]))
+        if token >= self.ahead_offset:
+            return MidiEvent("AHEAD", token - self.ahead_offset)
         for name, size in control_sizes().items():  # the value's index; None: unknown
             offset = self._control_offsets[name.upper()]
             if token < offset + size:
@@ -218,6 +231,8 @@ class MidiDurationTokenizer(MidiTokenizer):
             "VELOCITY": (self.velocity_offset, 0, self.config.num_velocity_bins - 1),
             "PITCH": (self.pitch_offset, 0, NUM_PITCHES * self.config.num_parts - 1),
         }
+        if self.config.anticipation_steps:
+            ranges["AHEAD"] = (self.ahead_offset, 0, self.config.anticipation_steps)
         if kind not in ranges:
             raise ValueError(f"unknown event kind {kind!r}; use one of {(*SPECIAL_TOKENS, *ranges, 'DURATION')}")
         offset, low, high = ranges[kind]
@@ -232,31 +247,100 @@ class MidiDurationTokenizer(MidiTokenizer):
             notes: ``(num_notes, 4)`` = ``[pitch, start_s, end_s, velocity]``, every note in part 0, or
                 ``(num_notes, 5)`` with the part (0..``num_parts - 1``) last; one part merges the parts.
         """
-        pitch, onset, offset, velocity_bin = self._quantise(notes)  # pitch: 128 * part + pitch
-        if len(pitch) == 0:
-            return np.empty(0, dtype=np.int64)
-        pitch, onset, offset, velocity_bin = _resolve_overlaps(pitch, onset, offset, velocity_bin)
+        pitch, onset, offset, velocity_bin = self._grid_notes(notes)
         order = np.lexsort((pitch, onset))
-        pitch, onset, offset, velocity_bin = pitch[order], onset[order], offset[order], velocity_bin[order]
-        duration_index = self._duration_index(offset - onset)
+        ids, _ = self._write_rows(onset[order], pitch[order], offset[order] - onset[order], velocity_bin[order])
+        return ids
 
-        needs_velocity = np.r_[True, velocity_bin[1:] != velocity_bin[:-1]]
+    def encode_anticipated(self, notes: np.ndarray, given: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Encodes ``notes`` to be modelled with ``given`` notes written ahead of them; returns int64 ids
+        ``(num_ids,)`` and a bool mask ``(num_ids,)`` of the ids that spell given notes.
+
+        The anticipation of Thickstun et al. (2023) in relative time: a given note with onset ``t`` (in
+        steps) is written when the music reaches ``t - anticipation_steps`` (or at once, if that is
+        before 0), as ``AHEAD_k [VELOCITY] PITCH DURATION`` with ``k`` the steps from there to its
+        onset; the time shifts stop at that moment even where no note of ``notes`` starts. Given
+        notes of one moment come before the notes that start there. Given and written notes keep a
+        loudness each (a VELOCITY after an AHEAD sets the given notes'), so the ids without the given
+        notes' ids are the written notes alone. A causal model thus sees each
+        given note ``anticipation_steps`` before it sounds: a melody's next phrase while it writes the
+        bass, the music after a gap while it fills the gap. Decoding places every note at its onset
+        (:meth:`decode_notes`); ``notes`` and ``given`` should not hold the same pitch of a part at
+        overlapping times (the decoded notes follow the unison and re-strike rules).
+
+        Args:
+            notes: ``(n, 4 or 5)`` notes as :meth:`encode_notes_array` takes them: what a model writes.
+            given: ``(m, 4 or 5)`` notes it is given (may be empty).
+
+        Raises:
+            ValueError: The vocabulary has no AHEAD ids (``anticipation_steps`` = 0).
+        """
+        ahead = self.config.anticipation_steps
+        if not ahead:
+            raise ValueError("this tokenizer has no AHEAD ids (a model trained with anticipation_steps > 0 has)")
+        event, given_ = self._grid_notes(notes), self._grid_notes(given)
+        given_stop = np.maximum(given_[1] - ahead, 0)
+        stop = np.r_[event[1], given_stop]
+        pitch = np.r_[event[0], given_[0]]
+        is_event = np.r_[np.ones(len(event[0]), dtype=bool), np.zeros(len(given_[0]), dtype=bool)]
+        order = np.lexsort((pitch, is_event, stop))  # at one moment: given notes first, then by pitch
+        steps_ahead = np.r_[np.full(len(event[0]), -1), given_[1] - given_stop]
+        return self._write_rows(stop[order], pitch[order], np.r_[event[2] - event[1], given_[2] - given_[1]][order],
+                                np.r_[event[3], given_[3]][order], steps_ahead[order])  # fmt: skip
+
+    def _grid_notes(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Notes on the step grid, overlaps resolved: ``pitch`` (``128 * part + pitch``), ``onset``,
+        ``offset``, ``velocity_bin``, each int64 ``(n,)``."""
+        if len(notes) == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty, empty
+        pitch, onset, offset, velocity_bin = self._quantise(notes)
+        if len(pitch) == 0:
+            return pitch, onset, offset, velocity_bin
+        return _resolve_overlaps(pitch, onset, offset, velocity_bin)
+
+    def _write_rows(self, stop: np.ndarray, pitch: np.ndarray, length: np.ndarray, velocity_bin: np.ndarray,
+                    steps_ahead: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of notes in writing order, each ``[shifts to its stop] [AHEAD] [VELOCITY] PITCH DURATION``.
+
+        Args:
+            stop: ``(n,)`` non-decreasing steps at which each note is written.
+            pitch: ``(n,)`` PITCH values; ``length``: ``(n,)`` durations in steps; ``velocity_bin``: ``(n,)``.
+            steps_ahead: ``(n,)`` the AHEAD value of a given note, -1 for the others; None: no given notes.
+
+        Returns:
+            int64 ids ``(num_ids,)`` and the bool mask ``(num_ids,)`` of the AHEAD, VELOCITY, PITCH and
+            DURATION ids of given notes.
+        """
+        if len(pitch) == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=bool)
+        given = np.zeros(len(pitch), dtype=bool) if steps_ahead is None else steps_ahead >= 0
+        needs_velocity = np.empty(len(pitch), dtype=bool)
+        for stream in (np.flatnonzero(given), np.flatnonzero(~given)):  # given and written notes: a loudness each
+            needs_velocity[stream] = np.r_[True, velocity_bin[stream][1:] != velocity_bin[stream][:-1]]
         max_shift = self.config.num_time_shifts
-        num_full, remainder = np.divmod(np.diff(onset, prepend=0), max_shift)
-        # Each note is written as [full shifts..., remainder shift, velocity, pitch, duration].
-        counts = num_full + (remainder > 0) + needs_velocity + 2
+        num_full, remainder = np.divmod(np.diff(stop, prepend=0), max_shift)
+        counts = num_full + (remainder > 0) + given + needs_velocity + 2
         ends = np.cumsum(counts)
         begins = ends - counts
         ids = np.empty(ends[-1], dtype=np.int64)
-        ids[ends - 1] = self.duration_offset + duration_index
+        ids[ends - 1] = self.duration_offset + self._duration_index(length)
         ids[ends - 2] = self.pitch_offset + pitch
         ids[ends[needs_velocity] - 3] = self.velocity_offset + velocity_bin[needs_velocity]
         has_remainder = remainder > 0
         ids[(begins + num_full)[has_remainder]] = self.time_shift_offset + remainder[has_remainder] - 1
-        full_rows = np.repeat(np.arange(len(onset)), num_full)
+        full_rows = np.repeat(np.arange(len(stop)), num_full)
         within_row = np.arange(len(full_rows)) - np.repeat(np.cumsum(num_full) - num_full, num_full)
         ids[begins[full_rows] + within_row] = self.time_shift_offset + max_shift - 1
-        return ids
+        is_given = np.zeros(len(ids), dtype=bool)
+        if given.any():
+            first = (ends - 3 - needs_velocity)[given]  # the AHEAD id
+            ids[first] = self.ahead_offset + steps_ahead[given]
+            edges = np.zeros(len(ids) + 1, dtype=np.int64)
+            np.add.at(edges, first, 1)
+            np.add.at(edges, ends[given], -1)
+            is_given = np.cumsum(edges[:-1]) > 0
+        return ids, is_given
 
     def _quantise(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
         """As the single-part rules, the PITCH index being ``128 * part + pitch`` (so unisons merge within a part)."""
@@ -298,24 +382,27 @@ class MidiDurationTokenizer(MidiTokenizer):
                 f"ids must lie in [0, {self.vocab_size}) for this tokenizer, got {ids.min()}..{ids.max()}; "
                 "was the model built for another vocabulary?"
             )
-        time, velocity, pitch = 0, self.velocity_to_bin(64), None
+        time, pitch, ahead = 0, None, None  # ahead: steps to a given note's onset (None: a written note)
+        velocity = {False: self.velocity_to_bin(64), True: self.velocity_to_bin(64)}  # written, given notes
         notes: list[tuple[int, int, int, int]] = []
         for token in ids.tolist():
             if token < self.time_shift_offset:
-                pitch = None
+                pitch, ahead = None, None
             elif token < self.velocity_offset:
                 time += token - self.time_shift_offset + 1
-                pitch = None
+                pitch, ahead = None, None
             elif token < self.pitch_offset:
-                velocity = token - self.velocity_offset
+                velocity[ahead is not None] = token - self.velocity_offset
             elif token < self.duration_offset:
                 pitch = token - self.pitch_offset
+            elif token >= self.ahead_offset:
+                pitch, ahead = None, token - self.ahead_offset  # the next note is a given one, this far ahead
             elif token >= self.control_offset:
                 pitch = None  # a control token says nothing about notes
             elif pitch is not None:
-                duration = int(self._durations[token - self.duration_offset])
-                notes.append((pitch, time, time + duration, velocity))
-                pitch = None
+                duration, onset = int(self._durations[token - self.duration_offset]), time + (ahead or 0)
+                notes.append((pitch, onset, onset + duration, velocity[ahead is not None]))
+                pitch, ahead = None, None
         if not notes:
             return self._with_parts(_notes_from_steps([], self.config.time_step))
         columns = [np.array(column, dtype=np.int64) for column in zip(*notes, strict=True)]

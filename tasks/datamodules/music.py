@@ -8,6 +8,7 @@ from typing import Literal
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
+from multimodal.data.anticipation import GivenNotesDraw
 from multimodal.data.midi_cache import MidiCache, ingest_midi
 from multimodal.data.music import (
     MidiAugmentation,
@@ -76,6 +77,12 @@ class MusicDataModule(pl.LightningDataModule):
         collection_shares: Share of the training windows per collection (e.g. ``{bach: 0.4}``; with
             ``midi_dir``, per subfolder); the others share the rest by their notes. None: each note
             equally likely.
+        anticipation_seconds: ``vocabulary="duration"``: how far ahead of its onset a given note is
+            written (``AHEAD`` ids, :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_anticipated`);
+            0: the vocabulary has no given notes.
+        given_notes: Shares of the training windows that get given notes or lose parts, the fields of
+            :class:`~multimodal.data.anticipation.GivenNotesDraw` (e.g. ``{given_share: 0.5}``); needs
+            ``anticipation_seconds``. None: every window plain.
         num_workers: DataLoader worker processes.
         seed: Training windows are a function of ``(seed, epoch, index)`` (each process of a
             distributed run its own, a resumed run the same as an uninterrupted one).
@@ -106,6 +113,8 @@ class MusicDataModule(pl.LightningDataModule):
         controls: bool = False,
         control_dropout: float = DEFAULT_DROPOUT,
         collection_shares: dict[str, float] | None = None,
+        anticipation_seconds: float = 0.0,
+        given_notes: dict[str, float] | None = None,
     ) -> None:
         super().__init__()
         check_options({"seq_len": 1, "batch_size": 1, "epoch_length": 1, "limit": 1, "num_workers": 0,
@@ -130,6 +139,12 @@ class MusicDataModule(pl.LightningDataModule):
             check_shares(dict(collection_shares))  # the names are checked against the pieces at set-up
         if not 0 <= control_dropout <= 1:
             raise ValueError(f"control_dropout={control_dropout} must lie in [0, 1]")
+        if anticipation_seconds < 0 or (anticipation_seconds and vocabulary != "duration"):
+            raise ValueError(f"anticipation_seconds={anticipation_seconds}: given notes need vocabulary: duration "
+                             "and a look-ahead of 0 (none) or more seconds")  # fmt: skip
+        if given_notes is not None and not anticipation_seconds:
+            raise ValueError("given_notes needs anticipation_seconds > 0: how far ahead a given note is written")
+        self.given_notes = None if given_notes is None else GivenNotesDraw(**dict(given_notes))
         self.save_hyperparameters()  # kept in checkpoints: `multimodal sample-stats` finds the held-out pieces
         self.midi_dir, self.limit, self.seq_len, self.batch_size = midi_dir, limit, seq_len, batch_size
         self.epoch_length, self.validation_percent, self.num_workers = epoch_length, validation_percent, num_workers
@@ -140,7 +155,8 @@ class MusicDataModule(pl.LightningDataModule):
             raise ValueError(f"vocabulary must be one of {sorted(VOCABULARIES)}, got {vocabulary!r}")
         tokenizer_class, config_class = VOCABULARIES[vocabulary]
         extra = {"max_duration_steps": max_duration_steps, "num_parts": num_parts, "part_names": part_names or (),
-                 "part_programs": part_programs or (), "controls": controls} if vocabulary == "duration" else {}  # fmt: skip
+                 "part_programs": part_programs or (), "controls": controls,
+                 "anticipation_steps": round(anticipation_seconds / time_step)} if vocabulary == "duration" else {}  # fmt: skip
         self.tokenizer = tokenizer_class(config_class(time_step, num_time_shifts, num_velocity_bins, **extra))
         self.corpus: MidiCorpus | None = None
         self._totals: dict[str, dict[str, float]] = {}
@@ -178,7 +194,7 @@ class MusicDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         data = MidiWindowDataset(self.split("train"), self.tokenizer, self.seq_len, self.epoch_length,
                                  self.augmentation, seed=self.seed, control_dropout=self.control_dropout,
-                                 collection_shares=self.collection_shares)  # fmt: skip
+                                 collection_shares=self.collection_shares, given_notes=self.given_notes)  # fmt: skip
         return ResumableLoader(data, batch_size=self.batch_size, seed=self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:

@@ -1,0 +1,90 @@
+"""Training windows with given notes: which notes of a piece a model writes and which it is handed ahead.
+
+A model that harmonizes a melody or fills a gap has to *see* the notes it must fit, before they sound:
+the soprano's next phrase while it writes the bass, the bars after the gap while it fills the gap.
+The tokenizer writes such given notes ahead of time (:meth:`MidiDurationTokenizer.encode_anticipated`);
+this module decides, for each training window, which notes of the piece are given. One model then
+learns every case the toolkit asks of it (Thickstun et al. 2023 train one model the same way):
+
+- **plain**: nothing given — continuation, and the left-context-only baseline of infilling;
+- **given**: a random time ``a``, a random later time ``b`` (or the piece's end) and a random non-empty
+  set ``C`` of the piece's parts; the model writes every note before ``a`` and the notes of ``C``
+  before ``b``; every other note is given. ``a = 0, b = end`` is harmonization (the parts outside
+  ``C`` given whole); ``C`` = every part is infilling (the music from ``b`` on given);
+- **part left out**: a random non-empty proper subset of the parts removed and nothing given — what
+  the remaining parts sound like alone, the unconditioned baseline of harmonization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GivenNotesDraw:
+    """The shares of training windows that get given notes or lose parts (the rest are plain).
+
+    Attributes:
+        given_share: Share of windows with given notes (the *given* case of the module docstring).
+        part_drop_share: Share of windows with some parts left out and nothing given.
+        from_start: Within the given case, the chance that ``a = 0`` (the written parts start with
+            the piece, as in harmonization); otherwise ``a`` is uniform over the piece.
+        to_end: Within the given case, the chance that ``b`` is the piece's end; otherwise ``b`` is
+            uniform between ``a`` and the end.
+        all_parts: Within the given case, the chance that ``C`` is every part (infilling); otherwise
+            ``C`` is a uniformly random non-empty subset of the parts.
+    """
+
+    given_share: float = 0.5
+    part_drop_share: float = 0.1
+    from_start: float = 0.5
+    to_end: float = 0.5
+    all_parts: float = 0.3
+
+    def __post_init__(self) -> None:
+        for name in ("given_share", "part_drop_share", "from_start", "to_end", "all_parts"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name}={getattr(self, name)} must lie in [0, 1]")
+        if self.given_share + self.part_drop_share > 1:
+            raise ValueError(f"given_share + part_drop_share = {self.given_share + self.part_drop_share} "
+                             "must be at most 1 (the rest of the windows are plain)")  # fmt: skip
+
+    def __call__(self, notes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Splits one piece into the notes a model writes and the notes it is given.
+
+        Args:
+            notes: ``(n, 5)`` notes ``[pitch, start_s, end_s, velocity, part]`` (4 columns: one part).
+            rng: The window's generator.
+
+        Returns:
+            ``(written, given)``: two arrays of rows of ``notes`` (``given`` may be empty).
+        """
+        nothing = notes[:0]
+        if len(notes) == 0:
+            return notes, nothing
+        parts = np.unique(notes[:, 4]) if notes.shape[1] > 4 else np.zeros(1)
+        case = rng.random()
+        if case < self.part_drop_share:
+            if len(parts) < 2:
+                return notes, nothing
+            left_out = _random_subset(parts, rng, proper=True)
+            return notes[~np.isin(notes[:, 4], left_out)], nothing
+        if case >= self.part_drop_share + self.given_share:
+            return notes, nothing
+        end = float(notes[:, 1].max())
+        a = 0.0 if rng.random() < self.from_start else float(rng.uniform(0.0, end))
+        b = np.inf if rng.random() < self.to_end else float(rng.uniform(a, end))
+        written_parts = parts if rng.random() < self.all_parts else _random_subset(parts, rng, proper=False)
+        in_parts = np.isin(notes[:, 4], written_parts) if notes.shape[1] > 4 else np.ones(len(notes), dtype=bool)
+        written = (notes[:, 1] < a) | (in_parts & (notes[:, 1] < b))
+        return notes[written], notes[~written]
+
+
+def _random_subset(values: np.ndarray, rng: np.random.Generator, proper: bool) -> np.ndarray:
+    """A uniformly random non-empty subset of ``values`` (``proper``: not all of them; needs two or more)."""
+    while True:
+        chosen = values[rng.random(len(values)) < 0.5]
+        if len(chosen) and not (proper and len(chosen) == len(values)):
+            return chosen

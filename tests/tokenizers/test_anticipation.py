@@ -1,0 +1,137 @@
+"""Given notes written ahead (``encode_anticipated``), against a plain-Python statement of the rule,
+the notes of real chorales from music21's own scores, and the sequences a causal model must see."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_midi import reference_notes_in_steps
+from test_midi_duration import nearest_duration
+from test_midi_parts import random_parts
+
+from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+
+AHEAD = 100  # one second at the default 10 ms step
+TOKENIZER = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=AHEAD))
+
+
+def reference_encode_anticipated(notes: np.ndarray, given: np.ndarray, tokenizer) -> tuple[list[int], list[bool]]:
+    """Plain Python, one note at a time: each note written at its onset, each given note at
+    ``max(0, onset - ahead)`` behind ``AHEAD_<steps to its onset>``; given notes first at one moment."""
+    rows = []  # (stop, 0 = given / 1 = written, part-pitch, ahead, duration, velocity bin)
+    for is_written, source in ((1, notes), (0, given)):
+        for part in range(tokenizer.config.num_parts):
+            for pitch, onset, offset, velocity_bin in reference_notes_in_steps(source[source[:, 4] == part, :4], tokenizer):
+                stop = max(onset - tokenizer.config.anticipation_steps, 0) if not is_written else onset
+                rows.append((stop, is_written, 128 * part + pitch, onset - stop, offset - onset, velocity_bin))
+    ids, marks, now, current_bin = [], [], 0, {0: None, 1: None}  # given and written notes: a loudness each
+    for stop, is_written, pitch, ahead, duration, velocity_bin in sorted(rows):
+        while stop > now:
+            shift = min(stop - now, tokenizer.config.num_time_shifts)
+            ids.append(tokenizer.event_to_token("TIME_SHIFT", shift))
+            marks.append(False)
+            now += shift
+        row = [] if is_written else [tokenizer.event_to_token("AHEAD", ahead)]
+        if velocity_bin != current_bin[is_written]:
+            row.append(tokenizer.event_to_token("VELOCITY", velocity_bin))
+            current_bin[is_written] = velocity_bin
+        row += [tokenizer.event_to_token("PITCH", pitch),
+                tokenizer.event_to_token("DURATION", nearest_duration(duration, tokenizer))]  # fmt: skip
+        ids += row
+        marks += [not is_written] * len(row)
+    return ids, marks
+
+
+def chorale(name: str) -> np.ndarray:
+    """A chorale's notes ``[pitch, start, end, velocity, part]`` from music21's own score at 120 bpm."""
+    from music21 import corpus
+
+    score = corpus.parse(f"bach/{name}")
+    notes = [(p.midi, n.offset * 0.5, (n.offset + n.quarterLength) * 0.5, 90, part)
+             for part, voice in enumerate(score.parts) for n in voice.stripTies().flatten().notes
+             for p in n.pitches]  # fmt: skip
+    return np.array(notes, dtype=float)
+
+
+def test_layout_adds_ahead_ids_after_the_controls_and_nothing_else_moves():
+    plain = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True))
+    assert TOKENIZER.vocab_size == plain.vocab_size + AHEAD + 1
+    for token in range(plain.vocab_size):  # every id of a model without given notes means the same
+        assert TOKENIZER.token_to_event(token) == plain.token_to_event(token)
+    for token in range(TOKENIZER.vocab_size):
+        event = TOKENIZER.token_to_event(token)
+        assert TOKENIZER.event_to_token(event.kind, event.value) == token
+    assert [TOKENIZER.token_to_event(TOKENIZER.vocab_size - 1 - k).value for k in range(3)] == [AHEAD, AHEAD - 1, AHEAD - 2]
+    with pytest.raises(ValueError, match="no AHEAD ids"):
+        plain.encode_anticipated(random_parts(np.random.default_rng(0), 5, 4), np.zeros((0, 5)))
+    with pytest.raises(ValueError, match="anticipation_steps"):
+        MidiDurationTokenizerConfig(anticipation_steps=-1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_encoding_equals_the_plain_python_rule(seed):
+    rng = np.random.default_rng(seed)
+    notes = random_parts(rng, 60, 4)
+    notes[:, 1:3] *= 3  # onsets over 12 s: gaps longer than a shift, given notes more than AHEAD apart
+    given = notes[notes[:, 4] == seed % 4]
+    written = notes[notes[:, 4] != seed % 4]
+    ids, mask = TOKENIZER.encode_anticipated(written, given)
+    reference_ids, reference_mask = reference_encode_anticipated(written, given, TOKENIZER)
+    assert ids.tolist() == reference_ids
+    assert mask.tolist() == reference_mask
+
+
+def test_real_chorales_decode_to_every_note_given_or_written():
+    """Soprano given, the other voices written (harmonization); the music after 8 s given (infilling):
+    both decode to the whole chorale, exactly as the plain encoding does."""
+    for name in ("bwv269", "bwv347"):
+        notes = chorale(name)
+        whole = TOKENIZER.decode_notes(TOKENIZER.encode_notes_array(notes))
+        for given_rows in (notes[:, 4] == 0, notes[:, 1] >= 8):
+            ids, mask = TOKENIZER.encode_anticipated(notes[~given_rows], notes[given_rows])
+            np.testing.assert_array_equal(TOKENIZER.decode_notes(ids), whole)
+            # without the given notes' ids the sequence is the written notes alone, in time
+            np.testing.assert_array_equal(TOKENIZER.decode_notes(ids[~mask]),
+                                          TOKENIZER.decode_notes(TOKENIZER.encode_notes_array(notes[~given_rows])))
+
+
+def test_a_given_note_is_written_exactly_ahead_of_its_onset_and_never_late():
+    """Walking the ids as a causal model reads them: when a given note's AHEAD id comes, the music has
+    reached its onset minus the look-ahead (or 0), and no written note at or after that time came before."""
+    notes = chorale("bwv269")
+    given_rows = notes[:, 4] == 0
+    ids, _ = TOKENIZER.encode_anticipated(notes[~given_rows], notes[given_rows])
+    now, seen_onsets, checked = 0, [], 0
+    events = [TOKENIZER.token_to_event(token) for token in ids.tolist()]
+    for index, event in enumerate(events):
+        if event.kind == "TIME_SHIFT":
+            now += event.value
+        elif event.kind == "AHEAD":
+            onset = now + event.value
+            assert now == max(onset - AHEAD, 0)
+            assert all(seen < now for seen in seen_onsets)  # given notes first at their moment
+            checked += 1
+        elif event.kind == "PITCH" and events[index - 1].kind != "AHEAD" and not (
+            events[index - 1].kind == "VELOCITY" and events[index - 2].kind == "AHEAD"
+        ):
+            seen_onsets.append(now)
+    assert checked == int(given_rows.sum())
+
+
+def test_the_mask_covers_each_given_note_from_ahead_to_duration():
+    rng = np.random.default_rng(7)
+    notes = random_parts(rng, 40, 4)
+    ids, mask = TOKENIZER.encode_anticipated(notes[notes[:, 4] > 0], notes[notes[:, 4] == 0])
+    kinds = [TOKENIZER.token_to_event(token).kind for token in ids.tolist()]
+    runs, start = [], None
+    for index, marked in enumerate([*mask.tolist(), False]):
+        if marked and start is None:
+            start = index
+        if not marked and start is not None:
+            runs.append(kinds[start:index])
+            start = None
+    assert runs and all(run[0] == "AHEAD" and run[-1] == "DURATION" for run in runs)
+    assert sum(run.count("AHEAD") for run in runs) == kinds.count("AHEAD")
+    assert not any(kind == "TIME_SHIFT" for run in runs for kind in run)
+    empty_ids, empty_mask = TOKENIZER.encode_anticipated(notes, notes[:0])
+    assert empty_ids.tolist() == TOKENIZER.encode_notes_array(notes).tolist() and not empty_mask.any()
