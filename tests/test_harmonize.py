@@ -16,6 +16,9 @@ from multimodal.music.voice_leading import voice_leading
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 
 TOKENIZER = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True))
+ANTICIPATING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100))
+"""Given notes written a second ahead (the anticipation vocabulary); every rule below holds for both."""
+TOKENIZERS = pytest.mark.parametrize("tokenizer", [TOKENIZER, ANTICIPATING], ids=["plain", "anticipating"])
 
 
 class Adversary(nn.Module):
@@ -48,22 +51,38 @@ def exact(notes: np.ndarray, step: float = 0.01) -> list[tuple[int, int, int]]:
     return sorted((int(p), round(s / step), round((e - s) / step)) for p, s, e, *_ in notes)
 
 
+@TOKENIZERS
 @pytest.mark.parametrize("model_kind", ["adversary", "random"])
-def test_every_given_note_comes_back_and_only_the_allowed_parts_are_written(model_kind):
+def test_every_given_note_comes_back_and_only_the_allowed_parts_are_written(model_kind, tokenizer):
     torch.manual_seed(0)
-    model = Adversary(TOKENIZER) if model_kind == "adversary" else CausalLM(CausalLMConfig(
-        vocab_size=TOKENIZER.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64, max_seq_len=4096))  # fmt: skip
+    model = Adversary(tokenizer) if model_kind == "adversary" else CausalLM(CausalLMConfig(
+        vocab_size=tokenizer.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64, max_seq_len=4096))  # fmt: skip
     for seed in range(3):
         line = melody(np.random.default_rng(seed))
         given = np.column_stack([line, np.zeros(len(line))])
-        ids = harmonize(model, TOKENIZER, given, parts=[1, 2], max_new_tokens=1500, top_p=0.95,
+        ids = harmonize(model, tokenizer, given, parts=[1, 2], max_new_tokens=1500, top_p=0.95,
                         generator=torch.Generator().manual_seed(seed))  # fmt: skip
-        notes = TOKENIZER.decode_notes(ids)
+        notes = tokenizer.decode_notes(ids)
         assert exact(notes[notes[:, 4] == 0]) == exact(line)  # 100 %: pitch, onset, duration (on the grid)
         assert set(notes[:, 4].astype(int)) <= {0, 1, 2}  # part 3 was not allowed
         if model_kind == "random":
             assert (notes[:, 4] > 0).any()  # it did write something of its own
-        assert TOKENIZER.eos_id not in ids[:-1]
+        assert tokenizer.eos_id not in ids[:-1]
+        if tokenizer is ANTICIPATING:  # each melody note came a second before it sounds
+            assert_given_ahead(tokenizer, ids, line)
+
+
+def assert_given_ahead(tokenizer: MidiDurationTokenizer, ids: list[int], given: np.ndarray) -> None:
+    """Walks the ids: one AHEAD per given note, each where time has reached its onset minus the look-ahead."""
+    now, seen = 0, []
+    for token in ids:
+        event = tokenizer.token_to_event(token)
+        if event.kind == "TIME_SHIFT":
+            now += event.value
+        elif event.kind == "AHEAD":
+            seen.append(now + event.value)
+            assert now == max(now + event.value - tokenizer.config.anticipation_steps, 0)
+    assert sorted(seen) == sorted(round(start / 0.01) for start in given[:, 1])
 
 
 def test_melodies_that_are_not_one_line_and_parts_that_clash_are_refused():
@@ -92,17 +111,21 @@ def two_parts(rng: np.random.Generator, seconds: float = 8.0) -> np.ndarray:
     return np.array(rows, dtype=float)
 
 
+@TOKENIZERS
 @pytest.mark.parametrize("model_kind", ["adversary", "random"])
-def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_end(model_kind):
+def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_end(model_kind, tokenizer):
     torch.manual_seed(1)
-    model = Adversary(TOKENIZER) if model_kind == "adversary" else CausalLM(CausalLMConfig(
-        vocab_size=TOKENIZER.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64, max_seq_len=4096))  # fmt: skip
+    model = Adversary(tokenizer) if model_kind == "adversary" else CausalLM(CausalLMConfig(
+        vocab_size=tokenizer.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64, max_seq_len=4096))  # fmt: skip
     for seed, parts in ((0, None), (1, [1])):
         piece = two_parts(np.random.default_rng(seed))
-        ids = infill(model, TOKENIZER, piece, 2.0, 5.0, parts=parts, max_new_tokens=800, top_p=0.95,
+        ids = infill(model, tokenizer, piece, 2.0, 5.0, parts=parts, max_new_tokens=800, top_p=0.95,
                      generator=torch.Generator().manual_seed(seed))  # fmt: skip
-        notes = TOKENIZER.decode_notes(ids)
-        rewritten = list(range(TOKENIZER.config.num_parts)) if parts is None else parts
+        notes = tokenizer.decode_notes(ids)
+        rewritten = list(range(tokenizer.config.num_parts)) if parts is None else parts
+        if tokenizer is ANTICIPATING:  # the music before the span as written notes, the rest given ahead
+            kept = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]
+            assert_given_ahead(tokenizer, ids, kept[kept[:, 1] >= 2.0])
 
         ours = notes[~(np.isin(notes[:, 4], rewritten) & (notes[:, 1] >= 2.0 - 1e-9) & (notes[:, 1] < 5.0 - 1e-9))]
         theirs = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]
@@ -118,7 +141,8 @@ def _parallels(notes: np.ndarray, within: tuple[float, float] | None = None) -> 
     return found["fifths"] + found["octaves"]
 
 
-def _decode_once(model, task: str, seed: int, rule: bool) -> tuple[np.ndarray, np.ndarray]:
+def _decode_once(model, task: str, seed: int, rule: bool, tokenizer: MidiDurationTokenizer = TOKENIZER
+                 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """``(decoded notes, the given notes)`` of one harmonization (soprano given) or infill (2-10 s of parts
     0, 1 and 3 rewritten around a melody in part 2), with or without the parallels rule."""
     rng = np.random.default_rng(seed)
@@ -126,30 +150,31 @@ def _decode_once(model, task: str, seed: int, rule: bool) -> tuple[np.ndarray, n
     generator = torch.Generator().manual_seed(seed)
     if task == "harmonize":
         given = np.column_stack([line, np.zeros(len(line))])
-        ids = harmonize(model, TOKENIZER, given, parts=[1, 2, 3], max_new_tokens=1500, top_p=0.95,
+        ids = harmonize(model, tokenizer, given, parts=[1, 2, 3], max_new_tokens=1500, top_p=0.95,
                         generator=generator, avoid_parallels=rule)  # fmt: skip
     else:
         piece = np.concatenate([two_parts(rng, 12.0), np.column_stack([line, np.full(len(line), 2.0)])])
         given = piece[piece[:, 4] == 2]
-        ids = infill(model, TOKENIZER, piece, 2.0, 10.0, parts=[0, 1, 3], max_new_tokens=1500, top_p=0.95,
+        ids = infill(model, tokenizer, piece, 2.0, 10.0, parts=[0, 1, 3], max_new_tokens=1500, top_p=0.95,
                      generator=generator, avoid_parallels=rule)  # fmt: skip
-    return TOKENIZER.decode_notes(ids), given
+    return tokenizer.decode_notes(ids), given
 
 
+@TOKENIZERS
 @pytest.mark.parametrize("task", ["harmonize", "infill"])
-def test_the_parallels_rule_leaves_no_parallel_fifth_or_octave_that_music21s_rule_would_count(task):
+def test_the_parallels_rule_leaves_no_parallel_fifth_or_octave_that_music21s_rule_would_count(task, tokenizer):
     """Counted afterwards by the voice-leading measure (held to music21's in test_voice_leading.py): a random
     model writes parallels freely; with ``avoid_parallels`` none involves a part it wrote, and what was
     given still comes back exactly."""
     torch.manual_seed(3)
-    model = CausalLM(CausalLMConfig(vocab_size=TOKENIZER.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64,
+    model = CausalLM(CausalLMConfig(vocab_size=tokenizer.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64,
                                     max_seq_len=4096))  # fmt: skip
     # infill: the given music outside the span may hold parallels of its own; count the onsets inside it
     within = (2.0, 10.0) if task == "infill" else None
     free = ruled = 0
     for seed in range(4):
-        free += _parallels(_decode_once(model, task, seed, rule=False)[0], within)
-        notes, given = _decode_once(model, task, seed, rule=True)
+        free += _parallels(_decode_once(model, task, seed, rule=False, tokenizer=tokenizer)[0], within)
+        notes, given = _decode_once(model, task, seed, rule=True, tokenizer=tokenizer)
         given_part = int(given[0, 4])
         assert exact(notes[notes[:, 4] == given_part]) == exact(given)
         ruled += _parallels(notes, within)

@@ -172,10 +172,16 @@ def constrained_decode(
     sampling = SamplingConfig.of(sampling, **options)
     step = tokenizer.config.time_step
     first, last = round(window[0] / step), round(window[1] / step)
-    groups = _onset_groups(tokenizer, given) if len(given) else []
+    anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
+    if anticipating and len(given):  # the music before the window as it sounds, the rest given ahead
+        before = given[:, 1] < window[0]
+        groups = _onset_groups(tokenizer, tokenizer.encode_anticipated(given[before], given[~before])[0])
+    else:
+        groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
     banned = torch.ones(tokenizer.vocab_size, dtype=torch.bool)  # ids the model may not write in the window
     banned[: tokenizer.pitch_offset] = False
     banned[tokenizer.duration_offset :] = False
+    banned[tokenizer.ahead_offset :] = True  # given notes come from the caller, never from the model
     for part in parts:
         offset = tokenizer.pitch_offset + part * NUM_PITCHES
         banned[offset : offset + NUM_PITCHES] = False
@@ -197,7 +203,7 @@ def constrained_decode(
     unconditional = unconditional_prompt(tokenizer, head, sampling)
     if unconditional is not None:  # classifier-free guidance: every call below runs both prompts
         model = GuidedModel(model, unconditional, sampling.guidance_scale)
-    ids, queue, time, next_group, sampled = list(head), [], 0, 0, 0
+    ids, queue, time, next_group, sampled, note_ahead = list(head), [], 0, 0, 0, 0
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
     device = next(model.parameters()).device
@@ -228,6 +234,8 @@ def constrained_decode(
                             mask[pitch_id] = True
                     if next_onset is not None:
                         mask[tokenizer.eos_id] = True
+                        if anticipating:  # a shift past the next given note stops there, as training wrote it
+                            logits = _stop_shifts_at(logits, shift_ids, shifts, next_onset - time)
                         mask[shift_ids[shifts > next_onset - time]] = True
                     if pending:
                         mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
@@ -246,8 +254,12 @@ def constrained_decode(
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1
+                if anticipating and token >= tokenizer.ahead_offset:
+                    note_ahead = token - tokenizer.ahead_offset  # a given note, this many steps ahead
                 if parallels is not None:
-                    parallels.add(token, time)
+                    parallels.add(token, time + note_ahead)
+                if tokenizer.duration_offset <= token < tokenizer.control_offset:
+                    note_ahead = 0
                 ids.append(token)
                 logits = model(torch.tensor([[token]], device=device), state=state)[0, -1]
     finally:
@@ -266,11 +278,22 @@ def _shift_ids(tokenizer: MidiDurationTokenizer, steps: int) -> list[int]:
     return [tokenizer.velocity_offset - 1] * full + ([tokenizer.time_shift_offset + rest - 1] if rest else [])
 
 
-def _onset_groups(tokenizer: MidiDurationTokenizer, notes: np.ndarray) -> list[tuple[int, list[int]]]:
-    """The given notes as ``(onset step, the ids the tokenizer writes at that onset, shifts excluded)``."""
+def _stop_shifts_at(logits: torch.Tensor, shift_ids: torch.Tensor, shifts: torch.Tensor, steps: int) -> torch.Tensor:
+    """``(vocab,)`` logits where the shift of ``steps`` takes the probability of every longer shift too: time
+    stops at the next given note's moment, whatever the model meant to skip (a copy; longer shifts unchanged)."""
+    longer = shift_ids[shifts >= steps]
+    if len(longer) < 2:
+        return logits
+    logits = logits.clone()
+    logits[shift_ids[shifts == steps]] = torch.logsumexp(logits[longer].float(), dim=0).to(logits.dtype)
+    return logits
+
+
+def _onset_groups(tokenizer: MidiDurationTokenizer, ids: Any) -> list[tuple[int, list[int]]]:
+    """The given notes' ``ids`` as ``(step, the ids written at that step, shifts excluded)``."""
     groups: list[tuple[int, list[int]]] = []
     time = 0
-    for token in tokenizer.encode_notes(notes):
+    for token in list(ids):
         if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
             time += token - tokenizer.time_shift_offset + 1
             continue
