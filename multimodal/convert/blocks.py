@@ -138,6 +138,8 @@ def load_blocks(
         if value.shape != target.shape:
             resized = resize_table(model, name, exported, value, tuple(target.shape), export, target_config)
             if resized is None:
+                resized = _grown_vocabulary(value, target, export.config, target_config)
+            if resized is None:
                 problems.append(
                     f"shape mismatch: {exported}: model {tuple(target.shape)}, file {tuple(value.shape)}"
                 )
@@ -159,6 +161,18 @@ def load_blocks(
             state[name].copy_(value.to(dtype=state[name].dtype, device=state[name].device))
             report.loaded.append(name)
     return report
+
+
+def _grown_vocabulary(value: torch.Tensor, target: torch.Tensor, source_config: dict, target_config: dict
+                      ) -> torch.Tensor | None:  # fmt: skip
+    """A token table ``(vocab, ...)`` of a vocabulary that grew at its end (new ids after the old ones, e.g.
+    the AHEAD ids of given notes): the file's rows, then the model's own initial rows; else None."""
+    old, new = source_config.get("vocab_size"), target_config.get("vocab_size")
+    if not old or not new or not old < new or value.shape[0] != old or target.shape[0] != new:
+        return None
+    if value.shape[1:] != target.shape[1:]:
+        return None
+    return torch.cat([value.to(target.dtype), target[old:].detach().cpu().to(target.dtype)])
 
 
 def _mismatch_message(model: nn.Module, export: Export, select: Sequence[str], problems: list[str]) -> str:

@@ -114,6 +114,23 @@ def test_learned_positions_are_cropped_or_interpolated(tmp_path):
     torch.testing.assert_close(table[1::2], (old[:-1] + old[1:]) / 2)
 
 
+def test_a_vocabulary_grown_at_its_end_keeps_the_old_rows_and_the_old_ids_logits(tmp_path):
+    """New ids after the old ones (the AHEAD ids of given notes): the file's token rows are copied, the new
+    rows keep the model's own initialisation, and a sequence of old ids gets the old model's logits for them."""
+    source = _model(0)
+    export_blocks(source, tmp_path)
+    grown = _model(1, vocab_size=64)
+    before = {name: tensor.detach().clone() for name, tensor in grown.state_dict().items()}
+    report = load_blocks(grown, tmp_path, ["blocks", "embeddings", "head"])
+    tables = {name: shapes for name, shapes in report.resized.items()}
+    assert tables and all(shapes[0][0] == 60 and shapes[1][0] == 64 for shapes in tables.values())
+    for name in tables:
+        torch.testing.assert_close(grown.state_dict()[name][60:], before[name][60:], atol=0, rtol=0)
+    torch.testing.assert_close(grown(_tokens())[..., :60], source(_tokens()), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="shape mismatch"):  # a smaller vocabulary is not a grown one
+        load_blocks(_model(2, vocab_size=50), tmp_path, ["embeddings"])
+
+
 def test_relative_table_for_a_longer_model_computes_the_same_clipped_attention(tmp_path):
     source = _model(0, position="relative", max_seq_len=16)  # distances clipped at 15
     export_blocks(source, tmp_path)
