@@ -275,6 +275,7 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     rows = [row for row in _rows(out) if "guidance_scale" in row]
     assert sorted((row["guidance_scale"], row["key_emphasis"]) for row in rows) == [(1, 0), (1, 30), (3, 0), (3, 30)]
     assert all(0 <= row["key_accuracy"] <= 1 and 0 <= row["style_accuracy"] <= 1 for row in rows)
+    assert all(row["pieces"] == 1 for row in rows)  # how many pieces per collection the overlaps pooled
     assert 0 < rows[0]["real_tonic_triad_share"] < 1
     # 30 nats on the tonic triad: every note the key samples write is in it (where they write any)
     assert all(row["tonic_triad_share"] == 1 for row in rows if row["key_emphasis"] == 30 and row["tonic_triad_share"] == row["tonic_triad_share"])
@@ -283,6 +284,35 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
                              capture_output=True, text=True, timeout=600)  # fmt: skip
     assert ceiling.returncode == 0, ceiling.stderr[-3000:]
     assert "| bach |" in ceiling.stdout and "1 vs 1 real" in ceiling.stdout
+
+
+def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(tmp_path):
+    """A few real chorales and madrigals, a tiny model from scratch for two steps: the NLLs are finite and
+    positive, the held-out chorales are counted, and a finished seed is not run again."""
+    from multimodal.data.music21_corpus import music21_corpus_dir
+
+    corpus = tmp_path / "corpus"
+    pieces = {"bach": ["bwv269", "bwv347", "bwv104.6", "bwv174.5"],
+              "monteverdi": ["madrigal.3.1", "madrigal.3.9", "madrigal.3.17"]}  # fmt: skip
+    for collection, names in pieces.items():
+        (corpus / collection).mkdir(parents=True)
+        for name in names:
+            shutil.copy(music21_corpus_dir() / collection / f"{name}.mxl", corpus / collection)
+    env = {**os.environ, "MULTIMODAL_MUSIC21_CORPUS": str(corpus), "MULTIMODAL_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "given.jsonl"
+    tiny = [sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--tiny", "--steps", "2", "--seeds", "0",
+            "--min-seconds", "4", "--span", "2", "--root", str(tmp_path / "runs"), "--out", str(out),
+            "--set", "--data.init_args.collections=[bach,monteverdi]", "--data.init_args.collection_shares=null"]  # fmt: skip
+    done = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = _rows(out)
+    assert row["chorales"] >= 1 and row["harmony_notes"] > 0 and row["spans"] >= 1 and row["span_notes"] > 0
+    for key in ("harmonization_given_nats_per_note", "harmonization_alone_nats_per_note",
+                "infill_both_sides_nats_per_note", "infill_left_only_nats_per_note", "plain_nats_per_note"):  # fmt: skip
+        assert 0 < row[key] < 50, key
+    again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
+    assert "| harmonization: alto, tenor, bass" in again.stdout
 
 
 @pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it

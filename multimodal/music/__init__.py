@@ -7,8 +7,8 @@ from __future__ import annotations
 from multimodal.music.continuation import continue_music, continue_primers, primer_ids, read_primer
 from multimodal.music.evaluation import evaluate_continuations, longest_note
 from multimodal.music.harmonize import check_melody, harmonize, harmonize_to_files, infill, infill_to_files
-from multimodal.music.scoring import MusicScore, score_music
+from multimodal.music.scoring import MusicScore, score_music, token_nll
 from multimodal.music.stats import FEATURES, ExcerptStats, comparison_table, excerpt_stats, overlaps
 from multimodal.tokenizers.music_controls import Controls, parse_controls
 
-__all__ = ["FEATURES", "Controls", "ExcerptStats", "MusicScore", "check_melody", "comparison_table", "continue_music", "continue_primers", "evaluate_continuations", "excerpt_stats", "harmonize", "harmonize_to_files", "infill", "infill_to_files", "longest_note", "overlaps", "parse_controls", "primer_ids", "read_primer", "score_music"]
+__all__ = ["FEATURES", "Controls", "ExcerptStats", "MusicScore", "check_melody", "comparison_table", "continue_music", "continue_primers", "evaluate_continuations", "excerpt_stats", "harmonize", "harmonize_to_files", "infill", "infill_to_files", "longest_note", "overlaps", "parse_controls", "primer_ids", "read_primer", "score_music", "token_nll"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,3 +59,35 @@ def score_music(model: nn.Module, tokenizer: MidiTokenizer, notes: np.ndarray, s
         nll += float(model.loss(batch[:, :-1], targets, ignore_index=-100, reduction="sum"))
     model.train(was_training)
     return MusicScore(nll, windows.num_targets, windows.num_notes, windows.seconds)
+
+
+@torch.inference_mode()
+def token_nll(model: nn.Module, ids: Any, seq_len: int, stride: int | None = None) -> np.ndarray:
+    """The NLL (nats) of each of ``ids[1:]`` given the ids before it, float64 ``(len(ids) - 1,)``.
+
+    A sequence longer than the model's ``seq_len`` is read in windows of ``seq_len`` moved by ``stride``
+    (default ``seq_len // 2``): the first window scores all its ids, each later one only the ids the
+    earlier ones did not reach, so every id is scored once with at least ``seq_len - stride`` ids of context
+    (the first ``seq_len``: all that came before).
+    """
+    ids = torch.as_tensor(np.asarray(ids), dtype=torch.long)
+    stride = stride or max(seq_len // 2, 1)
+    if not 1 <= stride <= seq_len:
+        raise ValueError(f"stride={stride} must lie in 1..seq_len={seq_len}")
+    device = next(model.parameters()).device
+    scores = np.full(max(len(ids) - 1, 0), np.nan)
+    was_training = model.training
+    model.eval()
+    start = 0
+    while len(ids) > 1:
+        window = ids[start : start + seq_len + 1].to(device)
+        logits = model(window[None, :-1])[0].float()
+        nll = torch.nn.functional.cross_entropy(logits, window[1:], reduction="none").double().cpu().numpy()
+        first = 0 if start == 0 else seq_len - stride  # the ids earlier windows scored are left as they were
+        scores[start + first : start + len(window) - 1] = nll[first:]
+        if start + seq_len + 1 >= len(ids):
+            break
+        start += stride
+    model.train(was_training)
+    return scores
+

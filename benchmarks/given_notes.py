@@ -1,0 +1,201 @@
+"""Does a model that reads given notes ahead use them? Harmonization and infilling NLL on the test pieces.
+
+One model per seed: the shipped music model fine-tuned for ``--steps`` steps with given notes
+(``configs/music_given_notes.yaml``: the AHEAD vocabulary, windows with notes given or parts left out);
+its best checkpoint on the **validation** pieces is measured once on the **test** pieces:
+
+    harmonization  the Bach test chorales: nats per note of the real alto, tenor and bass (every id that
+                   writes them: their time shifts, pitches and durations) with the soprano given ahead,
+                   against the same notes with no soprano at all — the same model reading the three
+                   parts alone, which training taught it (windows with parts left out). Issue 31 asks
+                   the given soprano to take ≥ 25 % off.
+    infilling      every test piece of at least ``--min-seconds``: the span from 40 % of its length,
+                   ``--span`` seconds long, all parts. Nats per note of the real span with the music after
+                   it given ahead (context on both sides) against the same model with only the music
+                   before it (left context only: the plain sequence, whose span ids see nothing after).
+    plain          nats per note of the Bach test chorales as plain sequences: what the fine-tuning
+                   cost the model's continuation (the shipped model's number in the same row).
+
+Every id is scored with up to the model's ``seq_len`` ids before it (windows moved by half of it,
+:func:`multimodal.music.token_nll`). Each seed appends one JSON line to ``--out``; ``--table`` prints
+mean ± sd over seeds. Alone on the machine::
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/given_notes.py --seeds 0 1 2
+    .venv/bin/python benchmarks/given_notes.py --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import load, record, spread
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=800, help="fine-tuning steps per seed")
+    parser.add_argument("--span", type=float, default=4.0, help="infilling: seconds of the span")
+    parser.add_argument("--min-seconds", type=float, default=12.0, help="infilling: shorter test pieces are left out")
+    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "given_notes", help="the runs' folder")
+    parser.add_argument("--set", nargs=argparse.REMAINDER, default=[],
+                        help="(last) more fit options, e.g. --set --data.init_args.limit=20")  # fmt: skip
+    parser.add_argument("--tiny", action="store_true", help="the test suite's size: tiny model, from scratch")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "given_notes.jsonl")
+    parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
+    args = parser.parse_args()
+    if args.table:
+        print(table(load(args.out)))
+        return
+    torch.set_num_threads(2)
+    done = {row["seed"] for row in load(args.out) if row.get("steps") == args.steps}
+    for seed in args.seeds:
+        if seed in done:
+            print(f"seed {seed}: already in {args.out}")
+            continue
+        started = time.perf_counter()
+        checkpoint = train(seed, args)
+        result = {"seed": seed, "steps": args.steps, "train_seconds": round(time.perf_counter() - started, 1),
+                  **measure(checkpoint, args)}  # fmt: skip
+        record(args.out, result, stage="report")
+        print(json.dumps(result))
+    print(table(load(args.out)))
+
+
+def train(seed: int, args: argparse.Namespace) -> Path:
+    """Fits (or resumes) seed ``seed``'s run; returns its best checkpoint (chosen on validation)."""
+    run = args.root / "lightning_logs" / f"seed{seed}"
+    configs = ["--config", str(CONFIGS / "music_continuation.yaml"), "--config", str(CONFIGS / "pretrained" / "music.yaml"),
+               "--config", str(CONFIGS / "music_given_notes.yaml")]  # fmt: skip
+    if args.tiny:  # a tiny model from scratch: the shipped weights do not fit its size
+        configs += ["--config", str(CONFIGS / "music_continuation_tiny.yaml"), "--model.init_args.finetune", "null"]
+    command = [sys.executable, "-m", "tasks.cli", "fit", *configs, "--seed_everything", str(seed),
+               "--data.init_args.seed", str(seed), "--trainer.max_steps", str(args.steps), "--trainer.max_time", "null",
+               "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(args.root),
+               "--run_name", f"seed{seed}", *args.set]  # fmt: skip
+    if (run / "checkpoints" / "last.ckpt").is_file():
+        command += ["--ckpt_path", "last"]  # an interrupted run resumes; a finished one stops at once
+    subprocess.run(command, cwd=ROOT, check=True)
+    best = run / "checkpoints" / "best.ckpt"
+    return best if best.is_file() else run / "checkpoints" / "last.ckpt"
+
+
+def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
+    """The harmonization, infilling and plain NLLs of one fine-tuned model (module docstring)."""
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+
+    task, tokenizer, data = load_task(checkpoint)
+    model = task.model.eval()
+    seq_len = int(data.get("seq_len", 256))
+    shipped = None if args.tiny else load_task(resolve_model("music"))[0].model.eval()
+    test = run_test_split(data)
+    chorales = [(notes, controls) for name, notes, controls in zip(test.names, test.notes, test.controls, strict=True)
+                if name.startswith("bach/") and len(np.unique(notes[:, 4])) >= 2 and (notes[:, 4] == 0).any()]  # fmt: skip
+    given, alone, plain, plain_shipped, harmony_notes, plain_notes = 0.0, 0.0, 0.0, 0.0, 0, 0
+    for notes, controls in chorales:
+        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+        soprano, lower = notes[notes[:, 4] == 0], notes[notes[:, 4] != 0]
+        ids, is_given = tokenizer.encode_anticipated(lower, soprano)
+        given += written_nll(model, head, ids, ~is_given, seq_len)
+        ids = tokenizer.encode_notes_array(lower)
+        alone += written_nll(model, head, ids, np.ones(len(ids), dtype=bool), seq_len)
+        harmony_notes += len(lower)
+        ids = tokenizer.encode_notes_array(notes)
+        plain += written_nll(model, head, ids, np.ones(len(ids), dtype=bool), seq_len)
+        if shipped is not None:  # the same ids: the shipped vocabulary is the fine-tuned one without AHEAD
+            plain_shipped += written_nll(shipped, head, ids, np.ones(len(ids), dtype=bool), seq_len)
+        plain_notes += len(notes)
+    both, left, span_notes, spans = 0.0, 0.0, 0, 0
+    step = tokenizer.config.time_step
+    for notes, controls in zip(test.notes, test.controls, strict=True):
+        length = float(notes[:, 2].max()) if len(notes) else 0.0
+        if length < args.min_seconds:
+            continue
+        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+        start = round(0.4 * length / step) * step
+        end = start + args.span
+        in_span = (notes[:, 1] >= start - step / 2) & (notes[:, 1] < end - step / 2)
+        if not in_span.any():
+            continue
+        before = notes[:, 1] < end - step / 2
+        ids, is_given = tokenizer.encode_anticipated(notes[before], notes[~before])
+        both += written_nll(model, head, ids, ~is_given & in_window(tokenizer, ids, start, end), seq_len)
+        ids = tokenizer.encode_notes_array(notes)
+        left += written_nll(model, head, ids, in_window(tokenizer, ids, start, end), seq_len)
+        span_notes += int(in_span.sum())
+        spans += 1
+    return {
+        "checkpoint": str(checkpoint.relative_to(ROOT) if checkpoint.is_relative_to(ROOT) else checkpoint),
+        "chorales": len(chorales), "harmony_notes": harmony_notes,
+        "harmonization_given_nats_per_note": given / max(harmony_notes, 1),
+        "harmonization_alone_nats_per_note": alone / max(harmony_notes, 1),
+        "spans": spans, "span_notes": span_notes, "span_seconds": args.span,
+        "infill_both_sides_nats_per_note": both / max(span_notes, 1),
+        "infill_left_only_nats_per_note": left / max(span_notes, 1),
+        "plain_nats_per_note": plain / max(plain_notes, 1),
+        "shipped_plain_nats_per_note": plain_shipped / max(plain_notes, 1) if shipped is not None else None,
+    }  # fmt: skip
+
+
+def run_test_split(data: dict):
+    """The run's music21 test pieces, cut as training cut them."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+
+    corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
+    return corpus.split("test", data.get("validation_percent", 10), data.get("test_percent", 10))
+
+
+def written_nll(model, head: list[int], ids: np.ndarray, scored: np.ndarray, seq_len: int) -> float:
+    """Summed NLL of the ``scored`` ids of ``head + ids`` (the head and the closing EOS are never scored)."""
+    from multimodal.music import token_nll
+
+    nll = token_nll(model, np.r_[head, ids], seq_len)[len(head) - 1 :]  # the NLL of each of ids
+    return float(nll[scored].sum())
+
+
+def in_window(tokenizer, ids: np.ndarray, start: float, end: float) -> np.ndarray:
+    """bool ``(len(ids),)``: the ids read while the music is in ``[start, end)`` seconds — the notes written
+    there and the time shifts that arrive there (a shift belongs to the time it reaches)."""
+    step = tokenizer.config.time_step
+    shift = (ids >= tokenizer.time_shift_offset) & (ids < tokenizer.velocity_offset)
+    now = np.cumsum(np.where(shift, ids - tokenizer.time_shift_offset + 1, 0))
+    return (now >= round(start / step)) & (now < round(end / step))
+
+
+def table(rows: list[dict]) -> str:
+    """Mean ± sd over seeds of each NLL, and the reductions the issue asks for."""
+    rows = [row for row in rows if "harmonization_given_nats_per_note" in row]
+    if not rows:
+        return "(no rows)"
+
+    def cut(row: dict, given: str, alone: str) -> float:
+        return 1 - row[given] / row[alone]
+
+    lines = ["| measure | seeds | given ahead | without | reduction |", "|---|---:|---:|---:|---:|"]
+    for name, given, alone in (
+        ("harmonization: alto, tenor, bass (nats/note)", "harmonization_given_nats_per_note", "harmonization_alone_nats_per_note"),
+        ("infilling: the span (nats/note)", "infill_both_sides_nats_per_note", "infill_left_only_nats_per_note"),
+    ):  # fmt: skip
+        lines.append(f"| {name} | {len(rows)} | {spread([r[given] for r in rows], 3)} | "
+                     f"{spread([r[alone] for r in rows], 3)} | {spread([cut(r, given, alone) for r in rows], 3)} |")  # fmt: skip
+    shipped = [r["shipped_plain_nats_per_note"] for r in rows if r.get("shipped_plain_nats_per_note") is not None]
+    lines.append(f"| plain Bach test chorales (nats/note; the shipped model: "
+                 f"{spread(shipped, 3) if shipped else '—'}) | {len(rows)} | | {spread([r['plain_nats_per_note'] for r in rows], 3)} | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
