@@ -55,21 +55,24 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="the test suite's size: tiny model, from scratch")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "given_notes.jsonl")
     parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
+    parser.add_argument("--stage", choices=["select", "report"], default="report",
+                        help="select: measure on the validation pieces (to choose settings); report: the test pieces")
     args = parser.parse_args()
     if args.table:
         print(table(load(args.out)))
         return
     torch.set_num_threads(2)
-    done = {row["seed"] for row in load(args.out) if row.get("steps") == args.steps}
+    done = {row["seed"] for row in load(args.out)
+            if row.get("steps") == args.steps and row.get("stage") == args.stage and row.get("set", []) == args.set}
     for seed in args.seeds:
         if seed in done:
             print(f"seed {seed}: already in {args.out}")
             continue
         started = time.perf_counter()
         checkpoint = train(seed, args)
-        result = {"seed": seed, "steps": args.steps, "train_seconds": round(time.perf_counter() - started, 1),
-                  **measure(checkpoint, args)}  # fmt: skip
-        record(args.out, result, stage="report")
+        result = {"seed": seed, "steps": args.steps, "set": args.set,
+                  "train_seconds": round(time.perf_counter() - started, 1), **measure(checkpoint, args)}  # fmt: skip
+        record(args.out, result, stage=args.stage)
         print(json.dumps(result))
     print(table(load(args.out)))
 
@@ -101,8 +104,8 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
     model = task.model.eval()
     seq_len = int(data.get("seq_len", 256))
     shipped = None if args.tiny else load_task(resolve_model("music"))[0].model.eval()
-    test = run_test_split(data)
-    chorales = [(notes, controls) for name, notes, controls in zip(test.names, test.notes, test.controls, strict=True)
+    pieces = run_split(data, "val" if args.stage == "select" else "test")
+    chorales = [(notes, controls) for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True)
                 if name.startswith("bach/") and len(np.unique(notes[:, 4])) >= 2 and (notes[:, 4] == 0).any()]  # fmt: skip
     given, alone, plain, plain_shipped, harmony_notes, plain_notes = 0.0, 0.0, 0.0, 0.0, 0, 0
     for notes, controls in chorales:
@@ -120,7 +123,7 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         plain_notes += len(notes)
     both, left, span_notes, spans = 0.0, 0.0, 0, 0
     step = tokenizer.config.time_step
-    for notes, controls in zip(test.notes, test.controls, strict=True):
+    for notes, controls in zip(pieces.notes, pieces.controls, strict=True):
         length = float(notes[:, 2].max()) if len(notes) else 0.0
         if length < args.min_seconds:
             continue
@@ -150,12 +153,12 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
     }  # fmt: skip
 
 
-def run_test_split(data: dict):
-    """The run's music21 test pieces, cut as training cut them."""
+def run_split(data: dict, split: str):
+    """The run's music21 ``split`` pieces (``val`` or ``test``), cut as training cut them."""
     from multimodal.data.music21_corpus import load_music21_corpus
 
     corpus = load_music21_corpus(data["collections"], limit=data.get("limit"), num_parts=data.get("num_parts", 1))
-    return corpus.split("test", data.get("validation_percent", 10), data.get("test_percent", 10))
+    return corpus.split(split, data.get("validation_percent", 10), data.get("test_percent", 10))
 
 
 def written_nll(model, head: list[int], ids: np.ndarray, scored: np.ndarray, seq_len: int) -> float:
@@ -178,8 +181,15 @@ def in_window(tokenizer, ids: np.ndarray, start: float, end: float) -> np.ndarra
 def table(rows: list[dict]) -> str:
     """Mean ± sd over seeds of each NLL, and the reductions the issue asks for."""
     rows = [row for row in rows if "harmonization_given_nats_per_note" in row]
-    if not rows:
-        return "(no rows)"
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row.get("stage", "report"), row["steps"], " ".join(row.get("set", []))), []).append(row)
+    return "\n\n".join(f"{stage}, {steps} steps{', ' + extra if extra else ''}:\n\n" + _group_table(group)
+                       for (stage, steps, extra), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
+
+
+def _group_table(rows: list[dict]) -> str:
+    """One group's rows (one stage, steps and settings): mean ± sd over its seeds."""
 
     def cut(row: dict, given: str, alone: str) -> float:
         return 1 - row[given] / row[alone]
