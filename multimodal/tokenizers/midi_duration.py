@@ -256,13 +256,15 @@ class MidiDurationTokenizer(MidiTokenizer):
         """Encodes ``notes`` to be modelled with ``given`` notes written ahead of them; returns int64 ids
         ``(num_ids,)`` and a bool mask ``(num_ids,)`` of the ids that spell given notes.
 
-        The anticipation of Thickstun et al. (2023) in relative time: a given note with onset ``t`` (in
-        steps) is written when the music reaches ``t - anticipation_steps`` (or at once, if that is
-        before 0), as ``AHEAD_k [VELOCITY] PITCH DURATION`` with ``k`` the steps from there to its
-        onset; the time shifts stop at that moment even where no note of ``notes`` starts. Given
-        notes of one moment come before the notes that start there. Given and written notes keep a
-        loudness each (a VELOCITY after an AHEAD sets the given notes'), so the ids without the given
-        notes' ids are the written notes alone. A causal model thus sees each
+        The anticipation of Thickstun et al. (2023) in relative time: the plain sequence of all the notes
+        (:meth:`encode_notes_array` of both sets), and each given note with onset ``t`` (in steps) written
+        once more when the music reaches ``t - anticipation_steps`` (or at once, if that is before 0), as
+        ``AHEAD_k [VELOCITY] PITCH DURATION`` with ``k`` the steps from there to its onset; the time
+        shifts stop at that moment even where no note starts. Notes ahead come first at their moment.
+        A given note thus comes twice: ahead, so a model can plan for it, and at its onset, where a model
+        trained on plain music hears what sounds now without adding up time shifts. Notes ahead keep a
+        loudness of their own (a VELOCITY after an AHEAD sets theirs), so the ids without the notes
+        ahead are the plain sequence of all the notes (its time shifts cut where a note ahead was written). A causal model thus sees each
         given note ``anticipation_steps`` before it sounds: a melody's next phrase while it writes the
         bass, the music after a gap while it fills the gap. Decoding places every note at its onset
         (:meth:`decode_notes`); ``notes`` and ``given`` should not hold the same pitch of a part at
@@ -279,14 +281,18 @@ class MidiDurationTokenizer(MidiTokenizer):
         if not ahead:
             raise ValueError("this tokenizer has no AHEAD ids (a model trained with anticipation_steps > 0 has)")
         event, given_ = self._grid_notes(notes), self._grid_notes(given)
+        written, told = len(event[0]), len(given_[0])
         given_stop = np.maximum(given_[1] - ahead, 0)
-        stop = np.r_[event[1], given_stop]
-        pitch = np.r_[event[0], given_[0]]
-        is_event = np.r_[np.ones(len(event[0]), dtype=bool), np.zeros(len(given_[0]), dtype=bool)]
-        order = np.lexsort((pitch, is_event, stop))  # at one moment: given notes first, then by pitch
-        steps_ahead = np.r_[np.full(len(event[0]), -1), given_[1] - given_stop]
-        return self._write_rows(stop[order], pitch[order], np.r_[event[2] - event[1], given_[2] - given_[1]][order],
-                                np.r_[event[3], given_[3]][order], steps_ahead[order])  # fmt: skip
+        # rows: every note at its onset (the plain sequence of both sets), and each given note once more ahead
+        stop = np.r_[event[1], given_[1], given_stop]
+        pitch = np.r_[event[0], given_[0], given_[0]]
+        is_ahead = np.r_[np.zeros(written + told, dtype=bool), np.ones(told, dtype=bool)]
+        order = np.lexsort((pitch, ~is_ahead, stop))  # at one moment: notes ahead first, then by part and pitch
+        steps_ahead = np.r_[np.full(written + told, -1), given_[1] - given_stop]
+        is_given = np.r_[np.zeros(written, dtype=bool), np.ones(2 * told, dtype=bool)]
+        length = np.r_[event[2] - event[1], given_[2] - given_[1], given_[2] - given_[1]]
+        return self._write_rows(stop[order], pitch[order], length[order], np.r_[event[3], given_[3], given_[3]][order],
+                                steps_ahead[order], is_given[order])  # fmt: skip
 
     def _grid_notes(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
         """Notes on the step grid, overlaps resolved: ``pitch`` (``128 * part + pitch``), ``onset``,
@@ -300,23 +306,25 @@ class MidiDurationTokenizer(MidiTokenizer):
         return _resolve_overlaps(pitch, onset, offset, velocity_bin)
 
     def _write_rows(self, stop: np.ndarray, pitch: np.ndarray, length: np.ndarray, velocity_bin: np.ndarray,
-                    steps_ahead: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    steps_ahead: np.ndarray | None = None, is_given: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """The ids of notes in writing order, each ``[shifts to its stop] [AHEAD] [VELOCITY] PITCH DURATION``.
 
         Args:
             stop: ``(n,)`` non-decreasing steps at which each note is written.
             pitch: ``(n,)`` PITCH values; ``length``: ``(n,)`` durations in steps; ``velocity_bin``: ``(n,)``.
-            steps_ahead: ``(n,)`` the AHEAD value of a given note, -1 for the others; None: no given notes.
+            steps_ahead: ``(n,)`` the AHEAD value of a note written ahead, -1 for the others; None: none.
+            is_given: ``(n,)`` the rows of given notes (ahead or at their onset); None: none.
 
         Returns:
-            int64 ids ``(num_ids,)`` and the bool mask ``(num_ids,)`` of the AHEAD, VELOCITY, PITCH and
-            DURATION ids of given notes.
+            int64 ids ``(num_ids,)`` and the bool mask ``(num_ids,)`` of the given rows' ids, time shifts
+            excluded.
         """
         if len(pitch) == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=bool)
-        given = np.zeros(len(pitch), dtype=bool) if steps_ahead is None else steps_ahead >= 0
+        given = np.zeros(len(pitch), dtype=bool) if steps_ahead is None else steps_ahead >= 0  # rows with AHEAD
         needs_velocity = np.empty(len(pitch), dtype=bool)
-        for stream in (np.flatnonzero(given), np.flatnonzero(~given)):  # given and written notes: a loudness each
+        for stream in (np.flatnonzero(given), np.flatnonzero(~given)):  # notes ahead, notes at onset: a loudness each
             needs_velocity[stream] = np.r_[True, velocity_bin[stream][1:] != velocity_bin[stream][:-1]]
         max_shift = self.config.num_time_shifts
         num_full, remainder = np.divmod(np.diff(stop, prepend=0), max_shift)
@@ -332,15 +340,16 @@ class MidiDurationTokenizer(MidiTokenizer):
         full_rows = np.repeat(np.arange(len(stop)), num_full)
         within_row = np.arange(len(full_rows)) - np.repeat(np.cumsum(num_full) - num_full, num_full)
         ids[begins[full_rows] + within_row] = self.time_shift_offset + max_shift - 1
-        is_given = np.zeros(len(ids), dtype=bool)
         if given.any():
-            first = (ends - 3 - needs_velocity)[given]  # the AHEAD id
-            ids[first] = self.ahead_offset + steps_ahead[given]
+            ids[(ends - 3 - needs_velocity)[given]] = self.ahead_offset + steps_ahead[given]
+        mask = np.zeros(len(ids), dtype=bool)
+        if is_given is not None and is_given.any():  # from the row's AHEAD, VELOCITY or PITCH to its DURATION
+            first = (ends - 2 - needs_velocity - given)[is_given]
             edges = np.zeros(len(ids) + 1, dtype=np.int64)
             np.add.at(edges, first, 1)
-            np.add.at(edges, ends[given], -1)
-            is_given = np.cumsum(edges[:-1]) > 0
-        return ids, is_given
+            np.add.at(edges, ends[is_given], -1)
+            mask = np.cumsum(edges[:-1]) > 0
+        return ids, mask
 
     def _quantise(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
         """As the single-part rules, the PITCH index being ``128 * part + pitch`` (so unisons merge within a part)."""

@@ -16,29 +16,32 @@ TOKENIZER = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, contr
 
 
 def reference_encode_anticipated(notes: np.ndarray, given: np.ndarray, tokenizer) -> tuple[list[int], list[bool]]:
-    """Plain Python, one note at a time: each note written at its onset, each given note at
-    ``max(0, onset - ahead)`` behind ``AHEAD_<steps to its onset>``; given notes first at one moment."""
-    rows = []  # (stop, 0 = given / 1 = written, part-pitch, ahead, duration, velocity bin)
-    for is_written, source in ((1, notes), (0, given)):
+    """Plain Python, one note at a time: every note at its onset, by part and pitch (the plain rule), and each
+    given note once more at ``max(0, onset - ahead)`` behind ``AHEAD_<steps to its onset>``, first at its moment.
+    Notes ahead keep a loudness of their own. The mask: the ids of given notes' rows, shifts excluded."""
+    rows = []  # (stop, 0 = ahead / 1 = at its onset, part-pitch, ahead, duration, velocity bin, given)
+    for is_given, source in ((False, notes), (True, given)):
         for part in range(tokenizer.config.num_parts):
             for pitch, onset, offset, velocity_bin in reference_notes_in_steps(source[source[:, 4] == part, :4], tokenizer):
-                stop = max(onset - tokenizer.config.anticipation_steps, 0) if not is_written else onset
-                rows.append((stop, is_written, 128 * part + pitch, onset - stop, offset - onset, velocity_bin))
-    ids, marks, now, current_bin = [], [], 0, {0: None, 1: None}  # given and written notes: a loudness each
-    for stop, is_written, pitch, ahead, duration, velocity_bin in sorted(rows):
+                rows.append((onset, 1, 128 * part + pitch, 0, offset - onset, velocity_bin, is_given))
+                if is_given:
+                    stop = max(onset - tokenizer.config.anticipation_steps, 0)
+                    rows.append((stop, 0, 128 * part + pitch, onset - stop, offset - onset, velocity_bin, True))
+    ids, marks, now, current_bin = [], [], 0, {0: None, 1: None}  # notes ahead and at onset: a loudness each
+    for stop, at_onset, pitch, ahead, duration, velocity_bin, is_given in sorted(rows):
         while stop > now:
             shift = min(stop - now, tokenizer.config.num_time_shifts)
             ids.append(tokenizer.event_to_token("TIME_SHIFT", shift))
             marks.append(False)
             now += shift
-        row = [] if is_written else [tokenizer.event_to_token("AHEAD", ahead)]
-        if velocity_bin != current_bin[is_written]:
+        row = [] if at_onset else [tokenizer.event_to_token("AHEAD", ahead)]
+        if velocity_bin != current_bin[at_onset]:
             row.append(tokenizer.event_to_token("VELOCITY", velocity_bin))
-            current_bin[is_written] = velocity_bin
+            current_bin[at_onset] = velocity_bin
         row += [tokenizer.event_to_token("PITCH", pitch),
                 tokenizer.event_to_token("DURATION", nearest_duration(duration, tokenizer))]  # fmt: skip
         ids += row
-        marks += [not is_written] * len(row)
+        marks += [is_given] * len(row)
     return ids, marks
 
 
@@ -90,9 +93,9 @@ def test_real_chorales_decode_to_every_note_given_or_written():
         for given_rows in (notes[:, 4] == 0, notes[:, 1] >= 8):
             ids, mask = TOKENIZER.encode_anticipated(notes[~given_rows], notes[given_rows])
             np.testing.assert_array_equal(TOKENIZER.decode_notes(ids), whole)
-            # without the given notes' ids the sequence is the written notes alone, in time
-            np.testing.assert_array_equal(TOKENIZER.decode_notes(ids[~mask]),
-                                          TOKENIZER.decode_notes(TOKENIZER.encode_notes_array(notes[~given_rows])))
+            # without the given notes' ids the sequence holds the written notes alone, in time
+            np.testing.assert_array_equal(TOKENIZER.decode_notes(ids[~mask])[:, [0, 1, 2, 4]],
+                                          TOKENIZER.decode_notes(TOKENIZER.encode_notes_array(notes[~given_rows]))[:, [0, 1, 2, 4]])
 
 
 def test_a_given_note_is_written_exactly_ahead_of_its_onset_and_never_late():
@@ -118,10 +121,11 @@ def test_a_given_note_is_written_exactly_ahead_of_its_onset_and_never_late():
     assert checked == int(given_rows.sum())
 
 
-def test_the_mask_covers_each_given_note_from_ahead_to_duration():
+def test_the_mask_covers_each_given_note_twice_ahead_and_at_its_onset():
     rng = np.random.default_rng(7)
     notes = random_parts(rng, 40, 4)
-    ids, mask = TOKENIZER.encode_anticipated(notes[notes[:, 4] > 0], notes[notes[:, 4] == 0])
+    given = notes[notes[:, 4] == 0]
+    ids, mask = TOKENIZER.encode_anticipated(notes[notes[:, 4] > 0], given)
     kinds = [TOKENIZER.token_to_event(token).kind for token in ids.tolist()]
     runs, start = [], None
     for index, marked in enumerate([*mask.tolist(), False]):
@@ -130,8 +134,19 @@ def test_the_mask_covers_each_given_note_from_ahead_to_duration():
         if not marked and start is not None:
             runs.append(kinds[start:index])
             start = None
-    assert runs and all(run[0] == "AHEAD" and run[-1] == "DURATION" for run in runs)
-    assert sum(run.count("AHEAD") for run in runs) == kinds.count("AHEAD")
-    assert not any(kind == "TIME_SHIFT" for run in runs for kind in run)
+    notes_in_runs = sum(run.count("DURATION") for run in runs)
+    assert notes_in_runs == 2 * len(TOKENIZER.decode_notes(TOKENIZER.encode_notes_array(given)))
+    assert all(run[-1] == "DURATION" and run[0] in ("AHEAD", "VELOCITY", "PITCH") for run in runs)
+    assert kinds.count("AHEAD") == notes_in_runs // 2 and not any("TIME_SHIFT" in run for run in runs)
+    # without the notes ahead the ids are the plain sequence of all the notes
+    ahead = np.zeros(len(ids), dtype=bool)
+    for index, kind in enumerate(kinds):
+        if kind == "AHEAD":
+            end = index + kinds[index:].index("DURATION")
+            ahead[index : end + 1] = True
+    plain = TOKENIZER.encode_notes_array(notes)
+    rest = [token for token in ids[~ahead].tolist() if TOKENIZER.token_to_event(token).kind != "TIME_SHIFT"]
+    assert rest == [token for token in plain.tolist() if TOKENIZER.token_to_event(token).kind != "TIME_SHIFT"]
+    np.testing.assert_array_equal(TOKENIZER.decode_notes(ids[~ahead]), TOKENIZER.decode_notes(plain))
     empty_ids, empty_mask = TOKENIZER.encode_anticipated(notes, notes[:0])
     assert empty_ids.tolist() == TOKENIZER.encode_notes_array(notes).tolist() and not empty_mask.any()
