@@ -308,11 +308,16 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     (row,) = _rows(out)
     assert row["chorales"] >= 1 and row["harmony_notes"] > 0 and row["spans"] >= 1 and row["span_notes"] > 0
     for key in ("harmonization_given_nats_per_note", "harmonization_alone_nats_per_note",
-                "infill_both_sides_nats_per_note", "infill_left_only_nats_per_note", "plain_nats_per_note"):  # fmt: skip
+                "infill_both_sides_nats_per_note", "infill_left_only_nats_per_note", "plain_nats_per_note",
+                "harmonization_given_decoder_nats_per_note", "harmonization_alone_decoder_nats_per_note",
+                "infill_both_sides_decoder_nats_per_note", "infill_left_only_decoder_nats_per_note"):  # fmt: skip
         assert 0 < row[key] < 50, key
+    # the decoder's rules only take probability away from ids that are not the real ones
+    assert row["harmonization_given_decoder_nats_per_note"] < row["harmonization_given_nats_per_note"]
+    assert row["infill_left_only_decoder_nats_per_note"] <= row["infill_left_only_nats_per_note"]
     again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
-    assert "| harmonization: alto, tenor, bass" in again.stdout
+    assert "| harmonization: alto, tenor, bass, as the decoder writes them" in again.stdout
 
 
 @pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it

@@ -178,13 +178,7 @@ def constrained_decode(
         groups = _onset_groups(tokenizer, tokenizer.encode_anticipated(given[before], given[~before])[0])
     else:
         groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
-    banned = torch.ones(tokenizer.vocab_size, dtype=torch.bool)  # ids the model may not write in the window
-    banned[: tokenizer.pitch_offset] = False
-    banned[tokenizer.duration_offset :] = False
-    banned[tokenizer.ahead_offset :] = True  # given notes come from the caller, never from the model
-    for part in parts:
-        offset = tokenizer.pitch_offset + part * NUM_PITCHES
-        banned[offset : offset + NUM_PITCHES] = False
+    banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
     # given notes of the parts the model writes (a note sounding into an infill span): the model may not
     # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
     kept = given[np.isin(given[:, 4], parts)] if len(given) else given
@@ -194,8 +188,7 @@ def constrained_decode(
                 for p, on, off, q in zip(kept[:, 0], kept[:, 1], kept[:, 2], part_of, strict=True)]  # fmt: skip
     outside = banned.clone()
     outside[tokenizer.pitch_offset : tokenizer.duration_offset] = True  # no new note outside the window
-    shifts = torch.arange(1, tokenizer.config.num_time_shifts + 1)
-    shift_ids = tokenizer.time_shift_offset + shifts - 1
+    shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
     durations = torch.as_tensor(tokenizer.config.duration_steps)
     duration_ids = tokenizer.duration_offset + torch.arange(len(durations))
 
@@ -232,11 +225,10 @@ def constrained_decode(
                     for pitch_id, onset, offset in sounding:
                         if onset <= time < offset:
                             mask[pitch_id] = True
-                    if next_onset is not None:
+                    if next_onset is not None:  # no shift past the next given note (with AHEAD: it stops there)
                         mask[tokenizer.eos_id] = True
-                        if anticipating:  # a shift past the next given note stops there, as training wrote it
-                            logits = _stop_shifts_at(logits, shift_ids, shifts, next_onset - time)
-                        mask[shift_ids[shifts > next_onset - time]] = True
+                        logits = stop_shifts_at(logits[None], shift_ids, torch.tensor([next_onset - time]),
+                                                merge=anticipating)[0]  # fmt: skip
                     if pending:
                         mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
                     elif parallels is not None and first <= time < last:  # outside, no pitch may start anyway
@@ -278,15 +270,91 @@ def _shift_ids(tokenizer: MidiDurationTokenizer, steps: int) -> list[int]:
     return [tokenizer.velocity_offset - 1] * full + ([tokenizer.time_shift_offset + rest - 1] if rest else [])
 
 
-def _stop_shifts_at(logits: torch.Tensor, shift_ids: torch.Tensor, shifts: torch.Tensor, steps: int) -> torch.Tensor:
-    """``(vocab,)`` logits where the shift of ``steps`` takes the probability of every longer shift too: time
-    stops at the next given note's moment, whatever the model meant to skip (a copy; longer shifts unchanged)."""
-    longer = shift_ids[shifts >= steps]
-    if len(longer) < 2:
-        return logits
-    logits = logits.clone()
-    logits[shift_ids[shifts == steps]] = torch.logsumexp(logits[longer].float(), dim=0).to(logits.dtype)
+def banned_ids(tokenizer: MidiDurationTokenizer, parts: list[int]) -> torch.Tensor:
+    """bool ``(vocab,)``: the ids the decoder never lets the model write inside the window — the PITCH ids of
+    parts not in ``parts``, and every AHEAD id (given notes come from the caller, never from the model)."""
+    banned = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
+    banned[tokenizer.pitch_offset : tokenizer.duration_offset] = True
+    for part in parts:
+        offset = tokenizer.pitch_offset + part * NUM_PITCHES
+        banned[offset : offset + NUM_PITCHES] = False
+    banned[tokenizer.ahead_offset :] = True
+    return banned
+
+
+def stop_shifts_at(logits: torch.Tensor, shift_ids: torch.Tensor, steps: torch.Tensor, merge: bool = True) -> torch.Tensor:
+    """Float ``(n, vocab)`` logits where no TIME_SHIFT of row ``i`` passes a given note ``steps[i]`` steps ahead.
+
+    Longer shifts become ``-inf``; with ``merge`` the shift of exactly ``steps[i]`` first takes their
+    probability (log-sum-exp), so time stops at the given note's moment whatever the model meant to skip,
+    as training with notes written ahead cut the shifts there. ``shift_ids``: ``(num_shifts,)`` the ids of
+    shifts of 1, 2, … steps; ``steps``: ``(n,)``, beyond the longest shift: the row is unchanged. A copy.
+    """
+    logits = logits.float().clone()
+    shift_ids = shift_ids.to(logits.device)
+    lengths = torch.arange(1, len(shift_ids) + 1, device=logits.device)
+    steps = torch.as_tensor(steps, device=logits.device).reshape(-1, 1)
+    shift_logits = logits[:, shift_ids]
+    if merge:  # tail[:, k - 1]: log-sum-exp of the shifts of k steps or more
+        tail = torch.logcumsumexp(shift_logits.flip(-1), dim=-1).flip(-1)
+        shift_logits = torch.where(lengths == steps, tail, shift_logits)
+    logits[:, shift_ids] = shift_logits.masked_fill(lengths > steps, float("-inf"))
     return logits
+
+
+def decoder_token_nll(
+    model: nn.Module,
+    tokenizer: MidiDurationTokenizer,
+    ids: Any,
+    is_given: Any,
+    parts: list[int],
+    seq_len: int,
+    stride: int | None = None,
+    window_end: float | None = None,
+) -> np.ndarray:
+    """The NLL (nats) of each of ``ids[1:]`` as the harmonize / infill decoder samples it, float64 ``(len(ids) - 1,)``.
+
+    ``ids`` ``(num_ids,)`` are a whole sequence from BOS, ``is_given`` ``(num_ids,)`` marks the ids of given notes
+    (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_anticipated`'s mask): the
+    decoder feeds those and samples the rest from the model's logits under its rules — the ids of
+    :func:`banned_ids` (other parts' pitches, AHEAD) and, while given notes remain, EOS are never written,
+    and no shift passes the next given note (with AHEAD ids, the shift that reaches it takes the
+    probability of the longer ones: :func:`stop_shifts_at`). ``window_end`` (seconds): while a note the
+    model started waits for its length, lengths that pass it are never written (None: not applied — a real
+    note that passes it would score ``inf``). The NLL of a given id is not meaningful (it may be ``inf``).
+    Windows as :func:`~multimodal.music.scoring.token_nll`. Not modelled: no note outside the window, the
+    pitches of given notes of the written parts while they sound, and ``avoid_parallels``.
+    """
+    from multimodal.music.scoring import token_nll
+
+    ids, is_given = np.asarray(ids, dtype=np.int64), np.asarray(is_given, dtype=bool)
+    is_shift = (ids >= tokenizer.time_shift_offset) & (ids < tokenizer.velocity_offset)
+    time = np.cumsum(np.where(is_shift, ids - tokenizer.time_shift_offset + 1, 0))  # the step after each id
+    next_given = np.minimum.accumulate(np.where(is_given, time, np.iinfo(np.int64).max)[::-1])[::-1]
+    remain = torch.as_tensor(next_given[1:] < np.iinfo(np.int64).max)  # predicting ids[1:]: a given note still comes
+    steps = torch.as_tensor(np.where(remain.numpy(), next_given[1:] - time[:-1], np.iinfo(np.int32).max))
+    banned = banned_ids(tokenizer, parts)
+    shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
+    anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
+    too_long = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)  # lengths past the window's end
+    if window_end is not None:
+        last = round(window_end / tokenizer.config.time_step)
+        lengths = torch.as_tensor(tokenizer.config.duration_steps)
+        is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset) & ~is_given
+        is_velocity = (ids >= tokenizer.velocity_offset) & (ids < tokenizer.pitch_offset)
+        pending = False  # the model's PITCH waits for its DURATION (VELOCITY ids may come between)
+        for position in range(len(ids) - 1):
+            pending = bool(is_pitch[position]) or (pending and bool(is_velocity[position]))
+            if pending:
+                too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > last - int(time[position])
+
+    def rules(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        logits = stop_shifts_at(logits, shift_ids, steps[index], merge=anticipating)
+        mask = banned.to(logits.device) | too_long[index].to(logits.device)
+        mask[:, tokenizer.eos_id] = remain[index].to(logits.device)
+        return logits.masked_fill(mask, float("-inf"))
+
+    return token_nll(model, ids, seq_len, stride, rules=rules)
 
 
 def _onset_groups(tokenizer: MidiDurationTokenizer, ids: Any) -> list[tuple[int, list[int]]]:

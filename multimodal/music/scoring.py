@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +63,17 @@ def score_music(model: nn.Module, tokenizer: MidiTokenizer, notes: np.ndarray, s
 
 
 @torch.inference_mode()
-def token_nll(model: nn.Module, ids: Any, seq_len: int, stride: int | None = None) -> np.ndarray:
+def token_nll(
+    model: nn.Module,
+    ids: Any,
+    seq_len: int,
+    stride: int | None = None,
+    rules: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> np.ndarray:
     """The NLL (nats) of each of ``ids[1:]`` given the ids before it, float64 ``(len(ids) - 1,)``.
+
+    ``rules(logits, index)``: float logits ``(n, vocab)`` predicting ``ids[1:][index]`` (``index``: ``(n,)``
+    long) → the logits a decoder samples from (e.g. banned ids at ``-inf``); the NLL is taken after them.
 
     A sequence longer than the model's ``seq_len`` is read in windows of ``seq_len`` moved by ``stride``
     (default ``seq_len // 2``): the first window scores all its ids, each later one only the ids the
@@ -82,6 +92,8 @@ def token_nll(model: nn.Module, ids: Any, seq_len: int, stride: int | None = Non
     while len(ids) > 1:
         window = ids[start : start + seq_len + 1].to(device)
         logits = model(window[None, :-1])[0].float()
+        if rules is not None:
+            logits = rules(logits, torch.arange(start, start + len(window) - 1))
         nll = torch.nn.functional.cross_entropy(logits, window[1:], reduction="none").double().cpu().numpy()
         first = 0 if start == 0 else seq_len - stride  # the ids earlier windows scored are left as they were
         scores[start + first : start + len(window) - 1] = nll[first:]

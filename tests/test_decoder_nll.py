@@ -1,0 +1,163 @@
+"""decoder_token_nll: the probability the harmonize / infill decoder gives each id it writes — held to the
+distributions the decoder really samples from, and to a naive per-prefix computation of its rules."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+from multimodal.models import CausalLM, CausalLMConfig
+from multimodal.music.harmonize import decoder_token_nll, harmonize
+from multimodal.music.scoring import token_nll
+from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+
+PLAIN = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True))
+ANTICIPATING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100))
+harmonize_module = importlib.import_module("multimodal.music.harmonize")  # the module; the package exports the function
+TOKENIZERS = pytest.mark.parametrize("tokenizer", [PLAIN, ANTICIPATING], ids=["plain", "anticipating"])
+
+
+def tiny_model(tokenizer: MidiDurationTokenizer, seed: int = 0) -> CausalLM:
+    torch.manual_seed(seed)
+    return CausalLM(CausalLMConfig(vocab_size=tokenizer.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64,
+                                   max_seq_len=4096)).eval()  # fmt: skip
+
+
+def soprano(rng: np.random.Generator, num_notes: int = 12) -> np.ndarray:
+    """A one-line melody in part 0 on a 50 ms grid, with rests (some longer than the longest shift)."""
+    lengths = rng.choice([0.25, 0.5, 1.0], num_notes)
+    gaps = rng.choice([0.0, 0.25, 1.5], num_notes)
+    starts = np.cumsum(np.r_[0.5, (lengths + gaps)[:-1]])
+    return np.stack([rng.integers(60, 80, num_notes), starts, starts + lengths, np.full(num_notes, 90.0),
+                     np.zeros(num_notes)], axis=1)  # fmt: skip
+
+
+def lower_parts(rng: np.random.Generator, melody: np.ndarray) -> np.ndarray:
+    """Alto, tenor and bass notes: some with the melody's onsets, some between them."""
+    rows = []
+    for part in (1, 2, 3):
+        for start, end in melody[:, 1:3]:
+            if rng.random() < 0.8:
+                shift = rng.choice([0.0, 0.0, 0.1])
+                rows.append([rng.integers(40, 70), start + shift, end + 0.2, 70.0, part])
+    return np.array(rows, dtype=np.float64)
+
+
+def naive_decoder_nll(model, tokenizer, ids, is_given, parts, position) -> float:
+    """-log p(ids[position]) by the decoder's rules, from a forward pass over the prefix alone (float64)."""
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.tensor([ids[:position]]))[0, -1].double(), -1).numpy()
+    time = sum(tokenizer.token_to_event(t).value for t in ids[:position] if tokenizer.token_to_event(t).kind == "TIME_SHIFT")
+    given_times = [sum(tokenizer.token_to_event(t).value for t in ids[:q] if tokenizer.token_to_event(t).kind == "TIME_SHIFT")
+                   for q in range(position, len(ids)) if is_given[q]]  # fmt: skip
+    until = min(given_times) - time if given_times else None
+    allowed = np.zeros(len(probs))
+    for token in range(len(probs)):
+        event = tokenizer.token_to_event(token)
+        if event.kind == "AHEAD" or (event.kind == "PITCH" and event.value // 128 not in parts):
+            continue
+        if event.kind == "EOS" and until is not None:
+            continue
+        if event.kind == "TIME_SHIFT" and until is not None:
+            if event.value > until:
+                continue
+            if event.value == until and tokenizer.config.anticipation_steps:
+                longer = [t for t in range(len(probs)) if tokenizer.token_to_event(t).kind == "TIME_SHIFT"
+                          and tokenizer.token_to_event(t).value >= until]  # fmt: skip
+                allowed[token] = probs[longer].sum()
+                continue
+        allowed[token] = probs[token]
+    return float(-np.log(allowed[ids[position]] / allowed.sum()))
+
+
+@TOKENIZERS
+def test_the_nll_of_each_written_id_follows_the_decoders_rules_computed_naively(tokenizer):
+    rng = np.random.default_rng(0)
+    model = tiny_model(tokenizer)
+    melody = soprano(rng)
+    lower = lower_parts(rng, melody)
+    head = [tokenizer.bos_id, *tokenizer.control_ids()]
+    if tokenizer.config.anticipation_steps:
+        body, given = tokenizer.encode_anticipated(lower, melody)
+    else:  # the plain decoder feeds each given note at its onset: the sequence of all the notes, melody marked
+        body = tokenizer.encode_notes_array(np.r_[melody, lower])
+        given = np.zeros(len(body), dtype=bool)
+        for index, token in enumerate(body):
+            event = tokenizer.token_to_event(int(token))
+            if event.kind == "PITCH" and event.value // 128 == 0:
+                given[index] = True
+                given[index + 1] = True  # its DURATION
+    ids = np.r_[head, body]
+    is_given = np.r_[np.zeros(len(head), dtype=bool), given]
+    got = decoder_token_nll(model, tokenizer, ids, is_given, [1, 2, 3], seq_len=4096)
+    written = np.flatnonzero(~is_given[1:]) + 1
+    shifts = [p for p in written if tokenizer.token_to_event(int(ids[p])).kind == "TIME_SHIFT"]
+    pitches = [p for p in written if tokenizer.token_to_event(int(ids[p])).kind == "PITCH"]
+    checked = sorted(set(shifts[:25] + pitches[:10] + list(written[-5:])))
+    for position in checked:
+        expected = naive_decoder_nll(model, tokenizer, ids.tolist(), is_given, [1, 2, 3], position)
+        assert got[position - 1] == pytest.approx(expected, rel=1e-4, abs=1e-5), tokenizer.token_to_event(int(ids[position]))
+    raw = token_nll(model, ids, seq_len=4096)
+    assert (got[written - 1] <= raw[written - 1] + 1e-6).all()  # the rules only take probability from other ids
+    assert (got[written - 1] < raw[written - 1] - 1e-3).mean() > 0.9  # ... and the part mask always takes some
+
+
+@TOKENIZERS
+def test_the_nll_is_what_the_decoder_samples_from_on_its_own_path(tokenizer, monkeypatch):
+    rng = np.random.default_rng(1)
+    model = tiny_model(tokenizer, seed=1)
+    drawn = []
+    real_sample_next = harmonize_module.sample_next
+
+    def recording_sample_next(scores, sampling, generator=None):
+        token = real_sample_next(scores, sampling, generator=generator)
+        drawn.append(float(-torch.log_softmax(scores[0].double(), -1)[int(token[0])]))
+        return token
+
+    monkeypatch.setattr(harmonize_module, "sample_next", recording_sample_next)
+    melody = soprano(rng, num_notes=4)  # a short window: the rule on lengths past its end matters early
+    ids = harmonize(model, tokenizer, melody, parts=[1, 2, 3], generator=torch.Generator().manual_seed(0),
+                    max_new_tokens=150)  # fmt: skip
+    assert len(drawn) > 50
+    # the ids the decoder fed: replay them by walking the melody's onset groups as the loop does
+    melody_ids = (tokenizer.encode_anticipated(np.empty((0, 5)), melody)[0] if tokenizer.config.anticipation_steps
+                  else tokenizer.encode_notes(melody))  # fmt: skip
+    head = 1 + len(tokenizer.control_ids())
+    fed = given_positions(tokenizer, ids, melody_ids, head)
+    got = decoder_token_nll(model, tokenizer, np.asarray(ids), fed, [1, 2, 3], seq_len=4096,
+                            window_end=float(melody[:, 2].max()))  # fmt: skip
+    sampled = np.flatnonzero(~fed[head:]) + head - 1  # got[i] scores ids[i + 1]; the head is the caller's
+    assert len(sampled) >= len(drawn)
+    np.testing.assert_allclose(got[sampled[: len(drawn)]], drawn, rtol=1e-4, atol=1e-5)
+    without_window = decoder_token_nll(model, tokenizer, np.asarray(ids), fed, [1, 2, 3], seq_len=4096)
+    assert (without_window[sampled] > got[sampled] + 1e-4).any()  # the window's rule mattered on this path
+
+
+def given_positions(tokenizer, ids, melody_ids, head: int) -> np.ndarray:
+    """bool ``(len(ids),)``: the ids the decoder fed. It feeds a moment's given ids (``melody_ids`` without
+    their shifts) as soon as time reaches that moment, before the model writes anything there."""
+    groups: dict[int, list[int]] = {}
+    time = 0
+    for token in map(int, melody_ids):
+        event = tokenizer.token_to_event(token)
+        if event.kind == "TIME_SHIFT":
+            time += event.value
+        else:
+            groups.setdefault(time, []).append(token)
+    is_given = np.zeros(len(ids), dtype=bool)
+    time, index = 0, head
+    while index < len(ids):
+        if time in groups:
+            group = groups.pop(time)
+            assert [int(t) for t in ids[index : index + len(group)]] == group
+            is_given[index : index + len(group)] = True
+            index += len(group)
+            continue
+        event = tokenizer.token_to_event(int(ids[index]))
+        time += event.value if event.kind == "TIME_SHIFT" else 0
+        index += 1
+    assert not groups, "every given moment found"
+    return is_given
