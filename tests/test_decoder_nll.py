@@ -51,8 +51,13 @@ def naive_decoder_nll(model, tokenizer, ids, is_given, parts, position) -> float
     with torch.no_grad():
         probs = torch.softmax(model(torch.tensor([ids[:position]]))[0, -1].double(), -1).numpy()
     time = sum(tokenizer.token_to_event(t).value for t in ids[:position] if tokenizer.token_to_event(t).kind == "TIME_SHIFT")
+    kinds = [tokenizer.token_to_event(t).kind for t in ids]
+
+    def at_onset(q: int) -> bool:  # a given note's PITCH where it sounds, not its row ahead
+        return is_given[q] and kinds[q] == "PITCH" and "AHEAD" not in kinds[max(q - 2, 0) : q]
+
     given_times = [sum(tokenizer.token_to_event(t).value for t in ids[:q] if tokenizer.token_to_event(t).kind == "TIME_SHIFT")
-                   for q in range(position, len(ids)) if is_given[q]]  # fmt: skip
+                   for q in range(position, len(ids)) if at_onset(q)]  # fmt: skip
     until = min(given_times) - time if given_times else None
     allowed = np.zeros(len(probs))
     for token in range(len(probs)):
@@ -96,7 +101,7 @@ def test_the_nll_of_each_written_id_follows_the_decoders_rules_computed_naively(
     written = np.flatnonzero(~is_given[1:]) + 1
     shifts = [p for p in written if tokenizer.token_to_event(int(ids[p])).kind == "TIME_SHIFT"]
     pitches = [p for p in written if tokenizer.token_to_event(int(ids[p])).kind == "PITCH"]
-    checked = sorted(set(shifts[:25] + pitches[:10] + list(written[-5:])))
+    checked = sorted(set(shifts[:40] + pitches[:10] + list(written[-5:])))
     for position in checked:
         expected = naive_decoder_nll(model, tokenizer, ids.tolist(), is_given, [1, 2, 3], position)
         assert got[position - 1] == pytest.approx(expected, rel=1e-4, abs=1e-5), tokenizer.token_to_event(int(ids[position]))
@@ -122,11 +127,8 @@ def test_the_nll_is_what_the_decoder_samples_from_on_its_own_path(tokenizer, mon
     ids = harmonize(model, tokenizer, melody, parts=[1, 2, 3], generator=torch.Generator().manual_seed(0),
                     max_new_tokens=150)  # fmt: skip
     assert len(drawn) > 50
-    # the ids the decoder fed: replay them by walking the melody's onset groups as the loop does
-    melody_ids = (tokenizer.encode_anticipated(np.empty((0, 5)), melody)[0] if tokenizer.config.anticipation_steps
-                  else tokenizer.encode_notes(melody))  # fmt: skip
     head = 1 + len(tokenizer.control_ids())
-    fed = given_positions(tokenizer, ids, melody_ids, head)
+    fed = given_positions(tokenizer, ids, head)
     got = decoder_token_nll(model, tokenizer, np.asarray(ids), fed, [1, 2, 3], seq_len=4096,
                             window_end=float(melody[:, 2].max()))  # fmt: skip
     sampled = np.flatnonzero(~fed[head:]) + head - 1  # got[i] scores ids[i + 1]; the head is the caller's
@@ -136,28 +138,16 @@ def test_the_nll_is_what_the_decoder_samples_from_on_its_own_path(tokenizer, mon
     assert (without_window[sampled] > got[sampled] + 1e-4).any()  # the window's rule mattered on this path
 
 
-def given_positions(tokenizer, ids, melody_ids, head: int) -> np.ndarray:
-    """bool ``(len(ids),)``: the ids the decoder fed. It feeds a moment's given ids (``melody_ids`` without
-    their shifts) as soon as time reaches that moment, before the model writes anything there."""
-    groups: dict[int, list[int]] = {}
-    time = 0
-    for token in map(int, melody_ids):
-        event = tokenizer.token_to_event(token)
-        if event.kind == "TIME_SHIFT":
-            time += event.value
-        else:
-            groups.setdefault(time, []).append(token)
+def given_positions(tokenizer, ids, head: int) -> np.ndarray:
+    """bool ``(len(ids),)``: the ids the decoder fed — every row of a note ahead (``AHEAD … DURATION``) and every
+    row of the melody's part (the model may not write a part-0 PITCH, nor anything between a shift and them)."""
+    kinds = [tokenizer.token_to_event(int(t)) for t in ids]
     is_given = np.zeros(len(ids), dtype=bool)
-    time, index = 0, head
-    while index < len(ids):
-        if time in groups:
-            group = groups.pop(time)
-            assert [int(t) for t in ids[index : index + len(group)]] == group
-            is_given[index : index + len(group)] = True
-            index += len(group)
-            continue
-        event = tokenizer.token_to_event(int(ids[index]))
-        time += event.value if event.kind == "TIME_SHIFT" else 0
-        index += 1
-    assert not groups, "every given moment found"
+    for index in range(head, len(ids)):
+        event = kinds[index]
+        if event.kind == "AHEAD" or (event.kind == "PITCH" and event.value // 128 == 0):
+            end = index + next(k for k, e in enumerate(kinds[index:]) if e.kind == "DURATION")
+            is_given[index : end + 1] = True
+            if event.kind == "PITCH" and kinds[index - 1].kind == "VELOCITY" and not is_given[index - 1]:
+                is_given[index - 1] = True  # the melody's loudness, fed with it
     return is_given

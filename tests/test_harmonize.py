@@ -73,15 +73,17 @@ def test_every_given_note_comes_back_and_only_the_allowed_parts_are_written(mode
 
 
 def assert_given_ahead(tokenizer: MidiDurationTokenizer, ids: list[int], given: np.ndarray) -> None:
-    """Walks the ids: one AHEAD per given note, each where time has reached its onset minus the look-ahead."""
-    now, seen = 0, []
+    """Walks the ids: one AHEAD per given note, each at the first time the music arrived (the start, the end of
+    a shift) at or after its onset minus the look-ahead — where training's encoding writes it."""
+    now, before, seen = 0, -(10**9), []
     for token in ids:
         event = tokenizer.token_to_event(token)
         if event.kind == "TIME_SHIFT":
-            now += event.value
+            before, now = now, now + event.value
         elif event.kind == "AHEAD":
             seen.append(now + event.value)
-            assert now == max(now + event.value - tokenizer.config.anticipation_steps, 0)
+            assert 0 <= event.value <= tokenizer.config.anticipation_steps
+            assert before < now + event.value - tokenizer.config.anticipation_steps
     assert sorted(seen) == sorted(round(start / 0.01) for start in given[:, 1])
 
 

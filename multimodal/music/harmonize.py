@@ -173,11 +173,9 @@ def constrained_decode(
     step = tokenizer.config.time_step
     first, last = round(window[0] / step), round(window[1] / step)
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
-    if anticipating and len(given):  # the music before the window as it sounds, the rest given ahead
-        before = given[:, 1] < window[0]
-        groups = _onset_groups(tokenizer, tokenizer.encode_anticipated(given[before], given[~before])[0])
-    else:
-        groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
+    groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
+    # with AHEAD ids the given notes from the window on are also written ahead (the music before it sounds)
+    announcer = AheadAnnouncer(tokenizer, given[given[:, 1] >= window[0]]) if anticipating and len(given) else None
     banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
     # given notes of the parts the model writes (a note sounding into an infill span): the model may not
     # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
@@ -196,7 +194,8 @@ def constrained_decode(
     unconditional = unconditional_prompt(tokenizer, head, sampling)
     if unconditional is not None:  # classifier-free guidance: every call below runs both prompts
         model = GuidedModel(model, unconditional, sampling.guidance_scale)
-    ids, queue, time, next_group, sampled, note_ahead = list(head), [], 0, 0, 0, 0
+    ids, time, next_group, sampled, note_ahead = list(head), 0, 0, 0, 0
+    queue = announcer.due(time) if announcer is not None else []
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
     device = next(model.parameters()).device
@@ -225,7 +224,7 @@ def constrained_decode(
                     for pitch_id, onset, offset in sounding:
                         if onset <= time < offset:
                             mask[pitch_id] = True
-                    if next_onset is not None:  # no shift past the next given note (with AHEAD: it stops there)
+                    if next_onset is not None:  # no shift past the next given onset (with AHEAD: it stops there)
                         mask[tokenizer.eos_id] = True
                         logits = stop_shifts_at(logits[None], shift_ids, torch.tensor([next_onset - time]),
                                                 merge=anticipating)[0]  # fmt: skip
@@ -246,6 +245,8 @@ def constrained_decode(
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1
+                    if announcer is not None:  # time arrived: the given notes now due ahead come first
+                        queue = announcer.due(time) + queue
                 if anticipating and token >= tokenizer.ahead_offset:
                     note_ahead = token - tokenizer.ahead_offset  # a given note, this many steps ahead
                 if parallels is not None:
@@ -262,6 +263,38 @@ def constrained_decode(
         ids += _shift_ids(tokenizer, onset - time) + group
         time = onset
     return ids
+
+
+class AheadAnnouncer:
+    """Writes given notes ahead during decoding as :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_anticipated`
+    places them: each time the decoder's time arrives (the start, the end of a shift), the notes whose onset is
+    ``anticipation_steps`` away or less and not yet written, by part and pitch, each
+    ``AHEAD_k [VELOCITY] PITCH DURATION`` (a VELOCITY when the notes ahead change loudness).
+
+    Args:
+        tokenizer: A duration tokenizer with AHEAD ids.
+        given: ``(m, 4 or 5)`` the notes to write ahead.
+    """
+
+    def __init__(self, tokenizer: MidiDurationTokenizer, given: np.ndarray) -> None:
+        self.tokenizer = tokenizer
+        self.rows = tokenizer.ahead_rows(given) if len(given) else []  # by onset
+        self.next = 0
+        self.velocity: int | None = None
+
+    def due(self, time: int) -> list[int]:
+        """The ids of the notes due ahead at step ``time`` (each note once, over all calls with rising ``time``)."""
+        first = self.next
+        while self.next < len(self.rows) and self.rows[self.next][0] - self.tokenizer.config.anticipation_steps <= time:
+            self.next += 1
+        ids = []
+        for onset, pitch, duration, velocity in sorted(self.rows[first : self.next], key=lambda row: (row[1], row[0])):
+            ids.append(self.tokenizer.ahead_offset + onset - time)
+            if velocity != self.velocity:
+                ids.append(velocity)
+                self.velocity = velocity
+            ids += [pitch, duration]
+        return ids
 
 
 def _shift_ids(tokenizer: MidiDurationTokenizer, steps: int) -> list[int]:
@@ -330,7 +363,11 @@ def decoder_token_nll(
     ids, is_given = np.asarray(ids, dtype=np.int64), np.asarray(is_given, dtype=bool)
     is_shift = (ids >= tokenizer.time_shift_offset) & (ids < tokenizer.velocity_offset)
     time = np.cumsum(np.where(is_shift, ids - tokenizer.time_shift_offset + 1, 0))  # the step after each id
-    next_given = np.minimum.accumulate(np.where(is_given, time, np.iinfo(np.int64).max)[::-1])[::-1]
+    is_ahead = ids >= tokenizer.ahead_offset  # a given note's row ahead: AHEAD [VELOCITY] PITCH DURATION
+    row_ahead = np.maximum.accumulate(np.where(is_ahead, np.arange(len(ids)), -1))  # the last AHEAD at or before
+    is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset)
+    at_onset = is_given & is_pitch & ~((row_ahead >= 0) & (np.arange(len(ids)) - row_ahead <= 2))  # fed at its onset
+    next_given = np.minimum.accumulate(np.where(at_onset, time, np.iinfo(np.int64).max)[::-1])[::-1]
     remain = torch.as_tensor(next_given[1:] < np.iinfo(np.int64).max)  # predicting ids[1:]: a given note still comes
     steps = torch.as_tensor(np.where(remain.numpy(), next_given[1:] - time[:-1], np.iinfo(np.int32).max))
     banned = banned_ids(tokenizer, parts)
@@ -340,11 +377,11 @@ def decoder_token_nll(
     if window_end is not None:
         last = round(window_end / tokenizer.config.time_step)
         lengths = torch.as_tensor(tokenizer.config.duration_steps)
-        is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset) & ~is_given
+        is_written_pitch = is_pitch & ~is_given
         is_velocity = (ids >= tokenizer.velocity_offset) & (ids < tokenizer.pitch_offset)
         pending = False  # the model's PITCH waits for its DURATION (VELOCITY ids may come between)
         for position in range(len(ids) - 1):
-            pending = bool(is_pitch[position]) or (pending and bool(is_velocity[position]))
+            pending = bool(is_written_pitch[position]) or (pending and bool(is_velocity[position]))
             if pending:
                 too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > last - int(time[position])
 

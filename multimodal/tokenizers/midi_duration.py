@@ -258,14 +258,15 @@ class MidiDurationTokenizer(MidiTokenizer):
 
         The anticipation of Thickstun et al. (2023) in relative time: the plain sequence of all the notes
         (:meth:`encode_notes_array` of both sets), and each given note with onset ``t`` (in steps) written
-        once more when the music reaches ``t - anticipation_steps`` (or at once, if that is before 0), as
-        ``AHEAD_k [VELOCITY] PITCH DURATION`` with ``k`` the steps from there to its onset; the time
-        shifts stop at that moment even where no note starts. Notes ahead come first at their moment.
+        once more at the first moment of that sequence (a note's onset, or the start) at or after
+        ``t - anticipation_steps`` (:meth:`ahead_moments`), as ``AHEAD_k [VELOCITY] PITCH DURATION`` with
+        ``k`` the steps from there to its onset: between 0 and ``anticipation_steps`` ahead, and the time
+        shifts are the plain sequence's, id for id. Notes ahead come first at their moment.
         A given note thus comes twice: ahead, so a model can plan for it, and at its onset, where a model
         trained on plain music hears what sounds now without adding up time shifts. Notes ahead keep a
         loudness of their own (a VELOCITY after an AHEAD sets theirs), so the ids without the notes
-        ahead are the plain sequence of all the notes (its time shifts cut where a note ahead was written). A causal model thus sees each
-        given note ``anticipation_steps`` before it sounds: a melody's next phrase while it writes the
+        ahead are the plain sequence of all the notes. A causal model thus sees each given note up to
+        ``anticipation_steps`` before it sounds: a melody's next phrase while it writes the
         bass, the music after a gap while it fills the gap. Decoding places every note at its onset
         (:meth:`decode_notes`); ``notes`` and ``given`` should not hold the same pitch of a part at
         overlapping times (the decoded notes follow the unison and re-strike rules).
@@ -282,17 +283,42 @@ class MidiDurationTokenizer(MidiTokenizer):
             raise ValueError("this tokenizer has no AHEAD ids (a model trained with anticipation_steps > 0 has)")
         event, given_ = self._grid_notes(notes), self._grid_notes(given)
         written, told = len(event[0]), len(given_[0])
-        given_stop = np.maximum(given_[1] - ahead, 0)
+        given_stop = self.ahead_moments(np.r_[event[1], given_[1]], given_[1])
         # rows: every note at its onset (the plain sequence of both sets), and each given note once more ahead
         stop = np.r_[event[1], given_[1], given_stop]
         pitch = np.r_[event[0], given_[0], given_[0]]
         is_ahead = np.r_[np.zeros(written + told, dtype=bool), np.ones(told, dtype=bool)]
-        order = np.lexsort((pitch, ~is_ahead, stop))  # at one moment: notes ahead first, then by part and pitch
+        onset = np.r_[event[1], given_[1], given_[1]]
+        order = np.lexsort((onset, pitch, ~is_ahead, stop))  # at one moment: notes ahead first, then by part and pitch
         steps_ahead = np.r_[np.full(written + told, -1), given_[1] - given_stop]
         is_given = np.r_[np.zeros(written, dtype=bool), np.ones(2 * told, dtype=bool)]
         length = np.r_[event[2] - event[1], given_[2] - given_[1], given_[2] - given_[1]]
         return self._write_rows(stop[order], pitch[order], length[order], np.r_[event[3], given_[3], given_[3]][order],
                                 steps_ahead[order], is_given[order])  # fmt: skip
+
+    def ahead_moments(self, onsets: np.ndarray, given_onsets: np.ndarray) -> np.ndarray:
+        """Steps ``(m,)`` at which given notes with onsets ``given_onsets`` ``(m,)`` are written ahead.
+
+        The first point at or after ``onset - anticipation_steps`` where the plain sequence of notes with
+        ``onsets`` ``(n,)`` (every note's, in steps) arrives after a TIME_SHIFT: the start, an onset, or a
+        step inside a gap longer than the longest shift where one of its shifts ends. A decoder that
+        announces given notes each time a shift ends writes them exactly there.
+        """
+        longest = self.config.num_time_shifts
+        moments = np.unique(np.r_[0, onsets]).astype(np.int64)
+        inside = (np.diff(moments) - 1) // longest  # shifts of a gap that end before its next onset
+        within = np.arange(inside.sum()) - np.repeat(np.cumsum(inside) - inside, inside) + 1
+        arrivals = np.sort(np.r_[moments, np.repeat(moments[:-1], inside) + longest * within])
+        return arrivals[np.searchsorted(arrivals, given_onsets - self.config.anticipation_steps, side="left")]
+
+    def ahead_rows(self, given: np.ndarray) -> list[tuple[int, int, int, int]]:
+        """The given notes ``(m, 4 or 5)`` on the grid as ``(onset step, PITCH id, DURATION id, VELOCITY id)``, by
+        onset, then part and pitch: what a decoder needs to write each one ``AHEAD_k [VELOCITY] PITCH DURATION``."""
+        pitch, onset, offset, velocity_bin = self._grid_notes(given)
+        order = np.lexsort((pitch, onset))
+        return [(int(onset[i]), self.pitch_offset + int(pitch[i]),
+                 self.duration_offset + int(self._duration_index(offset[i : i + 1] - onset[i : i + 1])[0]),
+                 self.velocity_offset + int(velocity_bin[i])) for i in order]  # fmt: skip
 
     def _grid_notes(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
         """Notes on the step grid, overlaps resolved: ``pitch`` (``128 * part + pitch``), ``onset``,
