@@ -13,11 +13,16 @@ its best checkpoint on the **validation** pieces is measured once on the **test*
                    ``--span`` seconds long, all parts. Nats per note of the real span with the music after
                    it given ahead (context on both sides) against the same model with only the music
                    before it (left context only: the plain sequence, whose span ids see nothing after).
+                   Also the soprano given at its onsets only (the plain sequence of the chorale, the
+                   soprano's ids fed): what a decoder that sight-reads the melody, with no look-ahead, gets.
     plain          nats per note of the Bach test chorales as plain sequences: what the fine-tuning
                    cost the model's continuation (the shipped model's number in the same row).
 
-Every id is scored with up to the model's ``seq_len`` ids before it (windows moved by half of it,
-:func:`multimodal.music.token_nll`). Each seed appends one JSON line to ``--out``; ``--table`` prints
+Scored two ways: as the harmonize / infill decoder writes the notes (its rules applied to the model's
+logits: parts, AHEAD and EOS banned, time stopped at given onsets, lengths within the window —
+:func:`multimodal.music.harmonize.decoder_token_nll`; the measure of the issue), and raw (every scored
+id as the model's softmax gives it). Every id is scored with up to the model's ``seq_len`` ids before
+it (windows moved by half of it, :func:`multimodal.music.token_nll`). Each seed appends one JSON line to ``--out``; ``--table`` prints
 mean ± sd over seeds. Alone on the machine::
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/given_notes.py --seeds 0 1 2
@@ -42,12 +47,18 @@ from protocol import load, record, spread
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DECODER_FIELD = "harmonization_given_decoder_nats_per_note"  # rows scored as the decoder writes (since 2026-12-04)
+ENCODING = "v3"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
+ENCODINGS = {
+    "v1": "given notes ahead only, at onset - Δ (time shifts cut there)",
+    "v2": "given notes ahead at onset - Δ (time shifts cut there) and again at their onsets",
+    "v3": "given notes ahead where time first arrives at or after onset - Δ (the plain time shifts), and at their onsets",
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=800, help="fine-tuning steps per seed")
+    parser.add_argument("--steps", type=int, default=1200, help="fine-tuning steps per seed")
     parser.add_argument("--span", type=float, default=4.0, help="infilling: seconds of the span")
     parser.add_argument("--min-seconds", type=float, default=12.0, help="infilling: shorter test pieces are left out")
     parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "given_notes", help="the runs' folder")
@@ -64,7 +75,8 @@ def main() -> None:
         return
     torch.set_num_threads(2)
     same = [row for row in load(args.out)
-            if row.get("steps") == args.steps and row.get("stage") == args.stage and row.get("set", []) == args.set]
+            if row.get("steps") == args.steps and row.get("stage") == args.stage and row.get("set", []) == args.set
+            and row.get("encoding") == ENCODING]
     done = {row["seed"] for row in same if DECODER_FIELD in row}  # rows of older code are measured again
     trained = {row["seed"]: row["train_seconds"] for row in same}
     for seed in args.seeds:
@@ -74,7 +86,7 @@ def main() -> None:
         started = time.perf_counter()
         checkpoint = train(seed, args)  # a finished run stops at once
         seconds = trained.get(seed, round(time.perf_counter() - started, 1))
-        result = {"seed": seed, "steps": args.steps, "set": args.set, "train_seconds": seconds,
+        result = {"seed": seed, "steps": args.steps, "set": args.set, "encoding": ENCODING, "train_seconds": seconds,
                   **measure(checkpoint, args)}  # fmt: skip
         record(args.out, result, stage=args.stage)
         print(json.dumps(result))
@@ -111,7 +123,7 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
     pieces = run_split(data, "val" if args.stage == "select" else "test")
     chorales = [(notes, controls) for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True)
                 if name.startswith("bach/") and len(np.unique(notes[:, 4])) >= 2 and (notes[:, 4] == 0).any()]  # fmt: skip
-    nll = dict.fromkeys(["given", "alone", "given_raw", "alone_raw", "both", "left", "both_raw", "left_raw",
+    nll = dict.fromkeys(["given", "alone", "sight", "given_raw", "alone_raw", "both", "left", "both_raw", "left_raw",
                          "plain", "plain_shipped"], 0.0)  # fmt: skip
     harmony_notes, plain_notes, span_notes, spans = 0, 0, 0, 0
     lower_parts = list(range(1, tokenizer.config.num_parts))
@@ -123,6 +135,9 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         ids, is_given = tokenizer.encode_anticipated(lower, soprano)
         nll["given"] += decoder_nll(model, tokenizer, head, ids, is_given, ~is_given, lower_parts, seq_len, end)
         nll["given_raw"] += written_nll(model, head, ids, ~is_given, seq_len)
+        ids = tokenizer.encode_notes_array(notes)  # sight-reading: the soprano fed where it sounds, nothing ahead
+        fed = soprano_rows(tokenizer, ids)
+        nll["sight"] += decoder_nll(model, tokenizer, head, ids, fed, ~fed, lower_parts, seq_len, end)
         ids = tokenizer.encode_notes_array(lower)
         none_given = np.zeros(len(ids), dtype=bool)
         nll["alone"] += decoder_nll(model, tokenizer, head, ids, none_given, ~none_given, lower_parts, seq_len, end)
@@ -161,6 +176,7 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         "chorales": len(chorales), "harmony_notes": harmony_notes,
         "harmonization_given_decoder_nats_per_note": nll["given"] / max(harmony_notes, 1),
         "harmonization_alone_decoder_nats_per_note": nll["alone"] / max(harmony_notes, 1),
+        "harmonization_at_onsets_decoder_nats_per_note": nll["sight"] / max(harmony_notes, 1),
         "harmonization_given_nats_per_note": nll["given_raw"] / max(harmony_notes, 1),
         "harmonization_alone_nats_per_note": nll["alone_raw"] / max(harmony_notes, 1),
         "spans": spans, "span_notes": span_notes, "span_seconds": args.span,
@@ -200,6 +216,17 @@ def decoder_nll(model, tokenizer, head: list[int], ids: np.ndarray, is_given: np
     return float(nll[len(head) - 1 :][scored].sum())
 
 
+def soprano_rows(tokenizer, ids: np.ndarray) -> np.ndarray:
+    """bool ``(len(ids),)``: the ids of part 0's notes in a plain sequence — each PITCH, its DURATION and a
+    VELOCITY right before it (all parts share one loudness stream; a chorale's rarely changes)."""
+    pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.pitch_offset + 128)
+    velocity = (ids >= tokenizer.velocity_offset) & (ids < tokenizer.pitch_offset)
+    rows = pitch.copy()
+    rows[1:] |= pitch[:-1]  # its DURATION (a PITCH is followed by its DURATION in the plain sequence)
+    rows[:-1] |= velocity[:-1] & pitch[1:]
+    return rows
+
+
 def in_window(tokenizer, ids: np.ndarray, start: float, end: float) -> np.ndarray:
     """bool ``(len(ids),)``: the ids read while the music is in ``[start, end)`` seconds — the notes written
     there and the time shifts that arrive there (a shift belongs to the time it reaches)."""
@@ -215,11 +242,12 @@ def table(rows: list[dict]) -> str:
     rows = [row for row in rows if "harmonization_given_nats_per_note" in row]
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        key = (row.get("stage", "report"), row["steps"], " ".join(row.get("set", [])), DECODER_FIELD in row)
+        key = (row.get("encoding", "v1"), row.get("stage", "report"), row["steps"], " ".join(row.get("set", [])),
+               DECODER_FIELD in row)  # fmt: skip
         groups.setdefault(key, []).append(row)
-    return "\n\n".join(f"{stage}, {steps} steps{', ' + extra if extra else ''}"
+    return "\n\n".join(f"{encoding} ({ENCODINGS[encoding]}), {stage}, {steps} steps{', ' + extra if extra else ''}"
                        f"{'' if decoder else ' (raw scores only: measured before the decoder scores)'}:\n\n" + _group_table(group)
-                       for (stage, steps, extra, decoder), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
+                       for (encoding, stage, steps, extra, decoder), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
 
 
 def _group_table(rows: list[dict]) -> str:
@@ -240,6 +268,12 @@ def _group_table(rows: list[dict]) -> str:
             given, alone = given + suffix, alone + suffix
             lines.append(f"| {name}, {scoring} | {len(rows)} | {spread([r[given] for r in rows], 3)} | "
                          f"{spread([r[alone] for r in rows], 3)} | {spread([cut(r, given, alone) for r in rows], 3)} |")  # fmt: skip
+    at_onsets = [r["harmonization_at_onsets_decoder_nats_per_note"] for r in rows if "harmonization_at_onsets_decoder_nats_per_note" in r]
+    if at_onsets and len(at_onsets) == len(rows):
+        alone = [r["harmonization_alone_decoder_nats_per_note"] for r in rows]
+        lines.append(f"| harmonization, the soprano given at its onsets only (sight-reading), as the decoder writes them | "
+                     f"{len(rows)} | {spread(at_onsets, 3)} | {spread(alone, 3)} | "
+                     f"{spread([1 - a / b for a, b in zip(at_onsets, alone, strict=True)], 3)} |")  # fmt: skip
     shipped = [r["shipped_plain_nats_per_note"] for r in rows if r.get("shipped_plain_nats_per_note") is not None]
     lines.append(f"| plain Bach test chorales (the shipped model: "
                  f"{spread(shipped, 3) if shipped else '—'}) | {len(rows)} | | {spread([r['plain_nats_per_note'] for r in rows], 3)} | |")

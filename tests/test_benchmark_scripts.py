@@ -310,7 +310,8 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     for key in ("harmonization_given_nats_per_note", "harmonization_alone_nats_per_note",
                 "infill_both_sides_nats_per_note", "infill_left_only_nats_per_note", "plain_nats_per_note",
                 "harmonization_given_decoder_nats_per_note", "harmonization_alone_decoder_nats_per_note",
-                "infill_both_sides_decoder_nats_per_note", "infill_left_only_decoder_nats_per_note"):  # fmt: skip
+                "infill_both_sides_decoder_nats_per_note", "infill_left_only_decoder_nats_per_note",
+                "harmonization_at_onsets_decoder_nats_per_note"):  # fmt: skip
         assert 0 < row[key] < 50, key
     # the decoder's rules only take probability away from ids that are not the real ones
     assert row["harmonization_given_decoder_nats_per_note"] < row["harmonization_given_nats_per_note"]
