@@ -61,7 +61,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200, help="fine-tuning steps per seed")
     parser.add_argument("--span", type=float, default=4.0, help="infilling: seconds of the span")
     parser.add_argument("--min-seconds", type=float, default=12.0, help="infilling: shorter test pieces are left out")
-    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "given_notes", help="the runs' folder")
+    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / f"given_notes_{ENCODING}",
+                        help="the runs' folder (one per encoding: a run of another one is never resumed)")  # fmt: skip
     parser.add_argument("--set", nargs=argparse.REMAINDER, default=[],
                         help="(last) more fit options, e.g. --set --data.init_args.limit=20")  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="the test suite's size: tiny model, from scratch")
