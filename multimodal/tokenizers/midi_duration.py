@@ -258,8 +258,8 @@ class MidiDurationTokenizer(MidiTokenizer):
 
         The anticipation of Thickstun et al. (2023) in relative time: the plain sequence of all the notes
         (:meth:`encode_notes_array` of both sets), and each given note with onset ``t`` (in steps) written
-        once more at the first moment of that sequence (a note's onset, or the start) at or after
-        ``t - anticipation_steps`` (:meth:`ahead_moments`), as ``AHEAD_k [VELOCITY] PITCH DURATION`` with
+        once more at the first point at or after ``t - anticipation_steps`` where that sequence's time
+        arrives — the start, an onset, the end of a longest shift inside a long gap (:meth:`ahead_moments`) — as ``AHEAD_k [VELOCITY] PITCH DURATION`` with
         ``k`` the steps from there to its onset: between 0 and ``anticipation_steps`` ahead, and the time
         shifts are the plain sequence's, id for id. Notes ahead come first at their moment.
         A given note thus comes twice: ahead, so a model can plan for it, and at its onset, where a model
