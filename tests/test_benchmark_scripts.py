@@ -237,18 +237,23 @@ def test_length_extrapolation_scores_every_scheme_at_every_length(tmp_path):
 
 
 @pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
-def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_seed(tmp_path):
-    """A few real chorales and madrigals (held-out pieces of both among them), a two-step model."""
+def small_corpus(tmp_path: Path, chorales: list[str]) -> dict[str, str]:
+    """A music21 corpus folder of the named Bach chorales and three Monteverdi madrigals (real pieces, copied
+    from the wheel); returns the environment that points the package at it (and at a fresh cache)."""
     from multimodal.data.music21_corpus import music21_corpus_dir
 
     corpus = tmp_path / "corpus"
-    pieces = {"bach": ["bwv269", "bwv347", "bwv104.6", "bwv174.5", "bwv175.7"],
-              "monteverdi": ["madrigal.3.1", "madrigal.3.9", "madrigal.3.17"]}  # fmt: skip
+    pieces = {"bach": chorales, "monteverdi": ["madrigal.3.1", "madrigal.3.9", "madrigal.3.17"]}
     for collection, names in pieces.items():
         (corpus / collection).mkdir(parents=True)
         for name in names:
             shutil.copy(music21_corpus_dir() / collection / f"{name}.mxl", corpus / collection)
-    env = {**os.environ, "MULTIMODAL_MUSIC21_CORPUS": str(corpus), "MULTIMODAL_CACHE": str(tmp_path / "cache")}
+    return {**os.environ, "MULTIMODAL_MUSIC21_CORPUS": str(corpus), "MULTIMODAL_CACHE": str(tmp_path / "cache")}
+
+
+def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_seed(tmp_path):
+    """A few real chorales and madrigals (held-out pieces of both among them), a two-step model."""
+    env = small_corpus(tmp_path, ["bwv269", "bwv347", "bwv104.6", "bwv174.5", "bwv175.7"])
     out = tmp_path / "direction.jsonl"
     tiny = [sys.executable, str(ROOT / "benchmarks" / "music_direction.py"), "--tiny", "--steps", "2", "--new-tokens",
             "24", "--per-key", "1", "--per-style", "2", "--pieces", "1", "--seeds", "0", "--root",
@@ -289,16 +294,7 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
 def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(tmp_path):
     """A few real chorales and madrigals, a tiny model from scratch for two steps: the NLLs are finite and
     positive, the held-out chorales are counted, and a finished seed is not run again."""
-    from multimodal.data.music21_corpus import music21_corpus_dir
-
-    corpus = tmp_path / "corpus"
-    pieces = {"bach": ["bwv269", "bwv347", "bwv104.6", "bwv174.5"],
-              "monteverdi": ["madrigal.3.1", "madrigal.3.9", "madrigal.3.17"]}  # fmt: skip
-    for collection, names in pieces.items():
-        (corpus / collection).mkdir(parents=True)
-        for name in names:
-            shutil.copy(music21_corpus_dir() / collection / f"{name}.mxl", corpus / collection)
-    env = {**os.environ, "MULTIMODAL_MUSIC21_CORPUS": str(corpus), "MULTIMODAL_CACHE": str(tmp_path / "cache")}
+    env = small_corpus(tmp_path, ["bwv269", "bwv347", "bwv104.6", "bwv174.5"])
     out = tmp_path / "given.jsonl"
     tiny = [sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--tiny", "--steps", "2", "--seeds", "0",
             "--min-seconds", "4", "--span", "2", "--root", str(tmp_path / "runs"), "--out", str(out),
