@@ -136,18 +136,18 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         ids, is_given = tokenizer.encode_anticipated(lower, soprano)
         nll["given"] += decoder_nll(model, tokenizer, head, ids, is_given, ~is_given, lower_parts, seq_len, end)
         nll["given_raw"] += written_nll(model, head, ids, ~is_given, seq_len)
-        ids = tokenizer.encode_notes_array(notes)  # sight-reading: the soprano fed where it sounds, nothing ahead
-        fed = soprano_rows(tokenizer, ids)
-        nll["sight"] += decoder_nll(model, tokenizer, head, ids, fed, ~fed, lower_parts, seq_len, end)
+        plain_ids = tokenizer.encode_notes_array(notes)  # sight-reading: the soprano fed where it sounds, nothing ahead
+        fed = soprano_rows(tokenizer, plain_ids)
+        nll["sight"] += decoder_nll(model, tokenizer, head, plain_ids, fed, ~fed, lower_parts, seq_len, end)
         ids = tokenizer.encode_notes_array(lower)
         none_given = np.zeros(len(ids), dtype=bool)
         nll["alone"] += decoder_nll(model, tokenizer, head, ids, none_given, ~none_given, lower_parts, seq_len, end)
         nll["alone_raw"] += written_nll(model, head, ids, ~none_given, seq_len)
         harmony_notes += len(lower)
-        ids = tokenizer.encode_notes_array(notes)
-        nll["plain"] += written_nll(model, head, ids, np.ones(len(ids), dtype=bool), seq_len)
+        every_id = np.ones(len(plain_ids), dtype=bool)
+        nll["plain"] += written_nll(model, head, plain_ids, every_id, seq_len)
         if shipped is not None:  # the same ids: the shipped vocabulary is the fine-tuned one without AHEAD
-            nll["plain_shipped"] += written_nll(shipped, head, ids, np.ones(len(ids), dtype=bool), seq_len)
+            nll["plain_shipped"] += written_nll(shipped, head, plain_ids, every_id, seq_len)
         plain_notes += len(notes)
     every_part = list(range(tokenizer.config.num_parts))
     step = tokenizer.config.time_step
@@ -269,12 +269,11 @@ def _group_table(rows: list[dict]) -> str:
             given, alone = given + suffix, alone + suffix
             lines.append(f"| {name}, {scoring} | {len(rows)} | {spread([r[given] for r in rows], 3)} | "
                          f"{spread([r[alone] for r in rows], 3)} | {spread([cut(r, given, alone) for r in rows], 3)} |")  # fmt: skip
-    at_onsets = [r["harmonization_at_onsets_decoder_nats_per_note"] for r in rows if "harmonization_at_onsets_decoder_nats_per_note" in r]
-    if at_onsets and len(at_onsets) == len(rows):
-        alone = [r["harmonization_alone_decoder_nats_per_note"] for r in rows]
+    at_onsets, alone = "harmonization_at_onsets_decoder_nats_per_note", "harmonization_alone_decoder_nats_per_note"
+    if all(at_onsets in row for row in rows):
         lines.append(f"| harmonization, the soprano given at its onsets only (sight-reading), as the decoder writes them | "
-                     f"{len(rows)} | {spread(at_onsets, 3)} | {spread(alone, 3)} | "
-                     f"{spread([1 - a / b for a, b in zip(at_onsets, alone, strict=True)], 3)} |")  # fmt: skip
+                     f"{len(rows)} | {spread([r[at_onsets] for r in rows], 3)} | {spread([r[alone] for r in rows], 3)} | "
+                     f"{spread([cut(r, at_onsets, alone) for r in rows], 3)} |")  # fmt: skip
     shipped = [r["shipped_plain_nats_per_note"] for r in rows if r.get("shipped_plain_nats_per_note") is not None]
     lines.append(f"| plain Bach test chorales (the shipped model: "
                  f"{spread(shipped, 3) if shipped else '—'}) | {len(rows)} | | {spread([r['plain_nats_per_note'] for r in rows], 3)} | |")

@@ -373,8 +373,9 @@ def decoder_token_nll(
     banned = banned_ids(tokenizer, parts)
     shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
-    too_long = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)  # lengths past the window's end
+    too_long = None  # (len(ids) - 1, vocab): lengths past the window's end, where a note of the model waits for one
     if window_end is not None:
+        too_long = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
         last = round(window_end / tokenizer.config.time_step)
         lengths = torch.as_tensor(tokenizer.config.duration_steps)
         is_written_pitch = is_pitch & ~is_given
@@ -387,7 +388,9 @@ def decoder_token_nll(
 
     def rules(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         logits = stop_shifts_at(logits, shift_ids, steps[index], merge=anticipating)
-        mask = banned.to(logits.device) | too_long[index].to(logits.device)
+        mask = banned.to(logits.device).expand_as(logits).clone()
+        if too_long is not None:
+            mask |= too_long[index].to(logits.device)
         mask[:, tokenizer.eos_id] = remain[index].to(logits.device)
         return logits.masked_fill(mask, float("-inf"))
 

@@ -316,9 +316,9 @@ class MidiDurationTokenizer(MidiTokenizer):
         onset, then part and pitch: what a decoder needs to write each one ``AHEAD_k [VELOCITY] PITCH DURATION``."""
         pitch, onset, offset, velocity_bin = self._grid_notes(given)
         order = np.lexsort((pitch, onset))
-        return [(int(onset[i]), self.pitch_offset + int(pitch[i]),
-                 self.duration_offset + int(self._duration_index(offset[i : i + 1] - onset[i : i + 1])[0]),
-                 self.velocity_offset + int(velocity_bin[i])) for i in order]  # fmt: skip
+        columns = (onset, self.pitch_offset + pitch, self.duration_offset + self._duration_index(offset - onset),
+                   self.velocity_offset + velocity_bin)  # fmt: skip
+        return [tuple(int(column[i]) for column in columns) for i in order]
 
     def _grid_notes(self, notes: np.ndarray) -> tuple[np.ndarray, ...]:
         """Notes on the step grid, overlaps resolved: ``pitch`` (``128 * part + pitch``), ``onset``,
