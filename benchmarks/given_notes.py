@@ -70,9 +70,16 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
     parser.add_argument("--stage", choices=["select", "report"], default="report",
                         help="select: measure on the validation pieces (to choose settings); report: the test pieces")
+    parser.add_argument("--by-kind", type=Path, metavar="CHECKPOINT",
+                        help="print one checkpoint's harmonization NLL split into time shifts and the other ids "
+                             "(soprano at its onsets / ahead / none; the --stage's chorales) and stop")  # fmt: skip
     args = parser.parse_args()
     if args.table:
         print(table(load(args.out)))
+        return
+    if args.by_kind:
+        torch.set_num_threads(2)
+        print(json.dumps(by_kind(args.by_kind, "val" if args.stage == "select" else "test")))
         return
     torch.set_num_threads(2)
     same = [row for row in load(args.out)
@@ -188,6 +195,36 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         "plain_nats_per_note": nll["plain"] / max(plain_notes, 1),
         "shipped_plain_nats_per_note": nll["plain_shipped"] / max(plain_notes, 1) if shipped is not None else None,
     }  # fmt: skip
+
+
+def by_kind(checkpoint: Path, split: str) -> dict:
+    """Nats per lower-voice note of ``split``'s Bach chorales, as the decoder writes them, split into the time
+    shifts and the other ids, with the soprano at its onsets only, written ahead (this encoding), or absent."""
+    from tasks.checkpoint import load_task
+
+    task, tokenizer, data = load_task(checkpoint)
+    model, seq_len = task.model.eval(), int(data.get("seq_len", 256))
+    lower_parts = list(range(1, tokenizer.config.num_parts))
+    sums, notes_scored = {case: np.zeros(2) for case in ("at_onsets", "ahead", "alone")}, 0
+    pieces = run_split(data, split)
+    for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True):
+        if not name.startswith("bach/") or len(np.unique(notes[:, 4])) < 2 or not (notes[:, 4] == 0).any():
+            continue
+        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+        soprano, lower = notes[notes[:, 4] == 0], notes[notes[:, 4] != 0]
+        end = float(tokenizer.decode_notes(tokenizer.encode_notes_array(notes))[:, 2].max())
+        plain_ids = tokenizer.encode_notes_array(notes)
+        lower_ids = tokenizer.encode_notes_array(lower)
+        for case, (ids, fed) in {"at_onsets": (plain_ids, soprano_rows(tokenizer, plain_ids)),
+                                 "ahead": tokenizer.encode_anticipated(lower, soprano),
+                                 "alone": (lower_ids, np.zeros(len(lower_ids), dtype=bool))}.items():  # fmt: skip
+            shift = (ids >= tokenizer.time_shift_offset) & (ids < tokenizer.velocity_offset)
+            for column, scored in enumerate((~fed & shift, ~fed & ~shift)):
+                sums[case][column] += decoder_nll(model, tokenizer, head, ids, fed, scored, lower_parts, seq_len, end)
+        notes_scored += len(lower)
+    return {"checkpoint": str(checkpoint), "split": split, "lower_notes": notes_scored,
+            **{f"{case}_{kind}": round(float(total[column]) / max(notes_scored, 1), 3) for case, total in sums.items()
+               for column, kind in enumerate(("shifts", "other_ids"))}}  # fmt: skip
 
 
 def run_split(data: dict, split: str):
