@@ -315,6 +315,15 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| harmonization: alto, tenor, bass, as the decoder writes them" in again.stdout
+    split = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--by-kind", row["checkpoint"]],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert split.returncode == 0, split.stderr[-3000:]
+    kinds = json.loads(split.stdout.strip().splitlines()[-1])
+    assert kinds["lower_notes"] == row["harmony_notes"]
+    for case in ("at_onsets", "ahead", "alone"):  # the two parts add up to the benchmark's own number
+        assert kinds[f"{case}_shifts"] >= 0 and kinds[f"{case}_other_ids"] > 0
+    total = kinds["ahead_shifts"] + kinds["ahead_other_ids"]
+    assert total == pytest.approx(row["harmonization_given_decoder_nats_per_note"], abs=2e-3)
 
 
 @pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it
