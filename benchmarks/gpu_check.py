@@ -185,8 +185,9 @@ def task_section(args: argparse.Namespace, deadline: float) -> dict:
 def task_table(rows: list[str], args: argparse.Namespace) -> str:
     """The tasks section's markdown."""
     precision = "bf16-mixed" if args.device == "cuda" else "bf16-mixed (CPU smoke run)"
-    return (f"{precision}; the shipped config's model, batch x{args.batch_scale}; per second = items of the "
-            f"timed steps / their time (after warm-up steps that include compilation)\n\n"
+    return (f"{precision}; the shipped config's model, batch x{args.batch_scale}; per second = the median "
+            f"timed step's items / its time (after warm-up steps; the median keeps a recompilation for "
+            f"an epoch's last, smaller batch out)\n\n"
             "| task | compile | batch | unit | per second | peak GPU MiB | first step s |\n"
             "|---|---|---:|---|---:|---:|---:|\n" + "\n".join(rows) + "\n")  # fmt: skip
 
@@ -224,7 +225,7 @@ def train_task(name: str, compile_blocks: bool, args: argparse.Namespace) -> dic
     if timer.timed_steps < timed:
         raise RuntimeError(f"only {timer.timed_steps} of {timed} timed steps ran (an epoch too short?)")
     peak = torch.cuda.max_memory_allocated() / 2**20 if args.device == "cuda" else float("nan")
-    return {"batch": batch_size, "unit": timer.unit, "per_second": timer.items / timer.seconds,
+    return {"batch": batch_size, "unit": timer.unit, "per_second": statistics.median(timer.rates),
             "peak_mib": peak, "first_step_s": timer.first_step_s}  # fmt: skip
 
 
@@ -257,7 +258,7 @@ class _StepTimer:
 
         class StepTimer(pl.Callback):
             def __init__(self) -> None:
-                self.step, self.items, self.seconds, self.timed_steps = 0, 0, 0.0, 0
+                self.step, self.rates, self.timed_steps = 0, [], 0
                 self.unit, self.first_step_s = "?", float("nan")
 
             def _sync(self) -> None:
@@ -275,8 +276,7 @@ class _StepTimer:
                     self.first_step_s = elapsed
                 if self.step >= warmup:
                     count, self.unit = _count_items(batch)
-                    self.items += count
-                    self.seconds += elapsed
+                    self.rates.append(count / elapsed)
                     self.timed_steps += 1
                 self.step += 1
 

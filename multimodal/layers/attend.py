@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from multimodal.layers.positions.base import AttentionPosition
+from multimodal.layers.sdpa import sdpa_with_bias
 
 
 def attend(
@@ -80,7 +81,7 @@ def attend(
         # A large negative number, not -inf: the query of a padding token (left-padded prompts) may
         # see no real key at all, and its row must stay finite (it is discarded, but NaN would spread).
         mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, torch.finfo(q.dtype).min)
-    return F.scaled_dot_product_attention(
+    return sdpa_with_bias(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal, enable_gqa=groups > 1
     )
 

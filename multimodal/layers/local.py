@@ -47,6 +47,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from multimodal.layers.positions.base import AttentionPosition
+from multimodal.layers.sdpa import sdpa_with_bias
 
 if TYPE_CHECKING:
     from multimodal.layers.config import TransformerConfig
@@ -206,7 +207,7 @@ class LocalAttention(nn.Module):
             mask = mask & ~key_padding_mask[:, None, None, :]  # (b, 1, q, k)
         bias = self.position_bias(position, q, query_pos, key_pos, grid_width)
         attn_mask = _with_bias(mask, bias, q.dtype, key_padding_mask is not None)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+        return sdpa_with_bias(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
 
     def reference(
         self,
@@ -266,7 +267,7 @@ class LocalAttention(nn.Module):
         attn_mask = _with_bias(mask.unsqueeze(1), bias, q.dtype, key_padding_mask is not None)  # (b|1, 1|h, n, q, m)
         # Blocks join the head axis so SDPA sees the 4-D layout its fused kernels want.
         attn_mask = attn_mask.expand(attn_mask.shape[0], q.shape[1], *attn_mask.shape[-3:])
-        out = F.scaled_dot_product_attention(
+        out = sdpa_with_bias(
             q_blocks.flatten(1, 2), k_blocks.flatten(1, 2), v_blocks.flatten(1, 2),
             attn_mask=attn_mask.flatten(1, 2), dropout_p=dropout_p,
         )  # fmt: skip

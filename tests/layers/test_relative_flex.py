@@ -66,3 +66,26 @@ def test_flex_on_cuda_matches_naive_values_and_gradients(causal, max_distance):
     naive_grads = torch.autograd.grad((naive * weights).sum(), [q, k, v, table.weight])
     for got, expected in zip(flex_grads, naive_grads, strict=True):
         torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled FlexAttention needs CUDA")
+def test_flex_on_cuda_compiles_each_new_length():
+    """A second and third length recompile (they failed to lower with symbolic sizes in torch 2.11)."""
+    for length in (128, 200, 384):
+        table = RelativePositionEmbedding(2, 32, length - 1, causal=True).cuda()
+        q, k, v = _inputs(1, 2, length, 32, device="cuda", seed=length)
+        flex = relative_attention(q, k, v, table, causal=True, backend="flex")
+        naive = naive_shaw_attention(q, k, v, table.weight, causal=True, max_distance=length - 1)
+        torch.testing.assert_close(flex, naive, atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the cuDNN attention backend is CUDA's")
+@pytest.mark.parametrize("length", [1000, 1024])
+def test_skewed_kernel_on_cuda_matches_naive_in_bf16(length):
+    """The skewed kernel's strided bias view through SDPA on CUDA (a 'misaligned address' in cuDNN)."""
+    table = RelativePositionEmbedding(4, 64, length - 1, causal=True).cuda()
+    q, k, v = _inputs(1, 4, length, 64, device="cuda", dtype=torch.bfloat16)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        skew = relative_attention(q, k, v, table, causal=True, backend="skew")
+    naive = naive_shaw_attention(q.float(), k.float(), v.float(), table.weight, causal=True, max_distance=length - 1)
+    torch.testing.assert_close(skew.float(), naive, atol=3e-2, rtol=0)

@@ -32,6 +32,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
+from multimodal.layers.sdpa import sdpa_with_bias
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -123,7 +124,7 @@ class _CausalBlock:
         # v is padded too: SDPA's fused CPU kernel needs one head size for q, k and v (else it
         # falls back to the math path, 6-8x slower); the padded output columns are zeros.
         v = torch.cat([v, v.new_zeros(*v.shape[:-1], width)], -1)
-        out = F.scaled_dot_product_attention(
+        out = sdpa_with_bias(
             torch.cat([q, q_feature], -1), torch.cat([k, k_feature], -1), v, attn_mask=mask,
             dropout_p=self.dropout_p, scale=scale,
         )  # fmt: skip
@@ -138,7 +139,7 @@ class _Block:
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         bias = _block_mask(self.slopes, False, self.first_query, q.shape[-2], k.shape[-2], key_padding_mask, q.dtype)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout_p)
+        return sdpa_with_bias(q, k, v, attn_mask=bias, dropout_p=self.dropout_p)
 
 
 def _block_mask(

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
 from multimodal.layers.positions.relative_flex import FLEX_BAND_MAX_BYTES, band_bytes, flex_relative_attention
+from multimodal.layers.sdpa import sdpa_with_bias
 
 Backend = Literal["auto", "skew", "flex"]
 
@@ -175,7 +176,7 @@ def _newest_query_attention(
         bias = torch.cat([clipped, per_distance], dim=-1)
     if key_padding_mask is not None:
         bias = bias.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(bias.dtype).min)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    return sdpa_with_bias(q, k, v, attn_mask=bias)
 
 
 class _Settings:
@@ -219,7 +220,7 @@ class _RelativeAttention(torch.autograd.Function):
                 bias = _block_bias(q_scaled, table, key_padding_mask, block, settings)
                 q_block, k_block, v_block = q[..., block.rows, :], k[..., keys, :], v[..., keys, :]
                 if lse is None:
-                    out[..., block.rows, :] = F.scaled_dot_product_attention(
+                    out[..., block.rows, :] = sdpa_with_bias(
                         q_block, k_block, v_block, attn_mask=bias
                     )
                 else:

@@ -39,11 +39,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
 from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
+from multimodal.layers.sdpa import sdpa_with_bias
 
 __all__ = ["RelativePosition2D", "offset_index"]
 
@@ -132,7 +132,7 @@ class RelativePosition2D(AttentionPosition):
             allowed = keys if allowed is None else keys & allowed
         if allowed is not None:
             bias = torch.where(allowed, bias, torch.finfo(bias.dtype).min)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+        return sdpa_with_bias(q, k, v, attn_mask=bias, dropout_p=dropout_p)
 
     def bias(self, q: Tensor, query_pos: Tensor, key_pos: Tensor, grid_width: int | None = None) -> Tensor:
         """The same terms gathered pair by pair, ``(batch, heads, q, k)``: the plain reference of :meth:`forward`.

@@ -74,7 +74,7 @@ def flex_relative_attention(
     if table.shape[1] != max_distance + upper + 1:
         raise ValueError(f"table of {table.shape[1]} distances for max_distance={max_distance}, causal={causal}")
     # One band column per table row: the kernel's code then depends on the table alone, not on the
-    # lengths or the offset of a call, so prompts of every length reuse one compiled kernel.
+    # offset of a call (each new length still compiles once: see _compiled_flex).
     band = (q * (1.0 / math.sqrt(q.shape[-1]))) @ table.to(q.dtype).transpose(-1, -2)  # (b, h, q, n)
     offset = torch.tensor(query_offset, device=q.device)  # a tensor, not a constant baked into the kernel
 
@@ -89,9 +89,15 @@ def flex_relative_attention(
 
 @functools.cache
 def _compiled_flex():
-    """``flex_attention`` compiled once per process: the fused kernel (inside a model that is itself
-    compiled, dynamo traces through this)."""
-    return torch.compile(flex_attention)
+    """``flex_attention`` compiled once per process and shape: the fused kernel (inside a model that
+    is itself compiled, dynamo traces through this).
+
+    ``dynamic=False``: by default a second shape recompiles with symbolic sizes, and Inductor
+    (torch 2.11) cannot lower this ``score_mod``'s captured band then ("LoweringException:
+    AttributeError: 'ShapeAsConstantBuffer' object has no attribute 'dtype'"; every length after the
+    first failed on an H200 in ``make gpu-check``, 2026-12-04). Static shapes compile once per length.
+    """
+    return torch.compile(flex_attention, dynamic=False)
 
 
 def _eager_flex(*args, **kwargs) -> Tensor:
