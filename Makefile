@@ -55,6 +55,8 @@ demo: install
 pretrained-music: install
 	$(BIN)/multimodal data music21
 	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/pretrained/music.yaml
+	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/pretrained/music.yaml \
+		--config configs/pretrained/music_stage2.yaml
 	$(BIN)/python benchmarks/pretrained_music.py --peer --report --export
 
 # On a machine with a GPU, first thing: every task in bf16 (eager and compiled), the LM against its

@@ -400,3 +400,20 @@ def test_class_conditional_scores_samples_with_the_trained_classifier(tmp_path):
     assert 4.5 * width < height < 5.5 * width  # one row per class: ten rows of two samples
     table = _run("class_conditional.py", "--table", "--out", str(out))
     assert "CAS >= 0.70" in table and "class_dropout=0.2, guidance 3 |" in table
+
+
+def test_pretrained_music_reuses_peers_only_from_a_report_on_the_same_test_pieces(monkeypatch):
+    """--reuse-peers takes the last report whose peers were scored on as many test Bach pieces, and says which."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import pretrained_music
+
+    peers_a, peers_b = [{"run": "seed0", "nats_per_second": 26.0}], [{"run": "seed0", "nats_per_second": 24.0}]
+    rows = [
+        {"stage": "report", "steps": 3000, "bach_test_pieces": 29, "peers": peers_a},
+        {"kind": "finetune", "stage": "report", "steps": 150},
+        {"stage": "report", "steps": 500, "bach_test_pieces": 12, "peers": peers_b},  # another split
+        {"stage": "report", "steps": 800, "bach_test_pieces": 29, "peers": []},  # no peers scored
+    ]
+    peers, source = pretrained_music.recorded_peers(rows, 29, "results.jsonl")
+    assert peers == peers_a and source == "the report of the 3000-step model in results.jsonl"
+    assert pretrained_music.recorded_peers(rows, 30, "results.jsonl") == ([], None)
