@@ -3,6 +3,7 @@ music from held-out chorales it never trained on."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -118,3 +119,9 @@ def test_a_run_with_another_vocabulary_starts_from_the_shipped_blocks():
     for name, parameter in task.model.decoder.named_parameters():
         torch.testing.assert_close(parameter, blocks[name], atol=0, rtol=0)
     assert task.model.embedding.weight.shape[0] < shipped.embedding.weight.shape[0]  # its own, fresh
+
+
+def test_the_shipped_folder_rebuilds_its_task_without_a_weight_source():
+    """Exported from a run that started from other weights, the folder names none: its own are whole."""
+    meta = json.loads((FOLDER / "config.json").read_text())
+    assert meta["task_settings"]["finetune"] is None or meta["task_settings"]["finetune"]["init_from"] is None
