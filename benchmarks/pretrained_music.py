@@ -18,6 +18,8 @@ checkpoint on the **validation** pieces is the one shipped). This script then
                (the numbers of ``--report``) and ``SHA256SUMS``;
 ``--reuse-peers`` with ``--report`` when the peer runs are not on disk: the peers' numbers of the
                last report in ``--out`` (scored on the same test Bach pieces; the row says so);
+``--select RUN ...`` scores candidate models (runs or folders) on the **validation** split, per collection,
+               and the peer runs on the same validation Bach pieces: how a closing stage was chosen;
 ``--table``    prints the report.
 
 Each run appends one JSON line to ``--out``. Run it alone on the machine::
@@ -64,6 +66,8 @@ def main() -> None:
     parser.add_argument("--reuse-peers", action="store_true",
                         help="--report without peer runs on disk: take the peers' numbers of the last report in --out "
                              "(the same recipe scored on the same test Bach pieces)")  # fmt: skip
+    parser.add_argument("--select", type=Path, nargs="+", default=[], metavar="RUN",
+                        help="score these runs or folders on the validation split (choosing a stage)")
     parser.add_argument("--table", action="store_true", help="print the report of --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="peer runs")
     parser.add_argument("--new-tokens", type=int, default=384)
@@ -77,6 +81,10 @@ def main() -> None:
     if args.peer:
         for seed in args.seeds:
             train_peer(seed)
+    for candidate in args.select:
+        result = select(candidate)
+        record(args.out, result, stage="select")
+        print(json.dumps(result))
     if args.report:
         result = report(args)
         record(args.out, result, stage="report")
@@ -134,8 +142,6 @@ def finetune_run(start: str, seed: int, args: argparse.Namespace) -> dict:
 
 def report(args: argparse.Namespace) -> dict:
     """The shipped model's test numbers, its float16 export's, and the peers' nats per second on the same Bach pieces."""
-    from multimodal.data.music21_corpus import load_music21_corpus
-    from multimodal.music import score_music
     from tasks.checkpoint import load_task
     from tasks.commands.export import export_model_folder
     from tasks.runs import resolve_checkpoint
@@ -160,25 +166,84 @@ def report(args: argparse.Namespace) -> dict:
         result["folder_bytes"] = sum(file.stat().st_size for file in half.iterdir() if file.is_file())
 
     # nats per second of music on the test Bach pieces: the shipped model (parts kept) against each peer (merged)
-    data = loaded.data
-    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
-    with_parts = load_music21_corpus(["bach"], num_parts=data["num_parts"]).split("test", *percents)
-    merged = load_music21_corpus(["bach"], num_parts=1).split("test", *percents)
-    pieces = [notes for name, notes in zip(merged.names, merged.notes, strict=True) if name in set(with_parts.names)]
     shipped = result["float32"]["per_collection"]["bach"]
-    assert len(pieces) == shipped["pieces"], "the peers are scored on the shipped model's test pieces"
-    result["bach_test_pieces"], result["peers"] = len(pieces), []
-    for run in sorted((PEER_ROOT / "lightning_logs").glob("seed*")):
-        peer, tokenizer, peer_data = load_task(run / "checkpoints" / "best.ckpt")
-        scores = [score_music(peer.model, tokenizer, notes, peer_data.get("seq_len", 256)) for notes in pieces]
-        total = sum(scores[1:], scores[0])
-        result["peers"].append({"run": run.name, "nats_per_second": total.per_second, "nats_per_note": total.per_note})
+    result["peers"] = peer_scores(loaded.data, "test")
+    result["bach_test_pieces"] = shipped["pieces"]
     if not result["peers"] and args.reuse_peers:
-        result["peers"], result["peers_from"] = recorded_peers(load(args.out), len(pieces), args.out.name)
+        result["peers"], result["peers_from"] = recorded_peers(load(args.out), shipped["pieces"], args.out.name)
     if result["peers"]:
         peer_mean = statistics.fmean(p["nats_per_second"] for p in result["peers"])
         result["bach_reduction_per_second"] = 1 - shipped["nats_per_second"] / peer_mean
     result["report_seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def peer_scores(data: dict, split: str) -> list[dict]:
+    """Each peer run's nats per note and per second on the Bach pieces of ``split`` of the shipped model's data
+    (the same pieces, parts merged as the peers were trained); [] when no peer run is on disk."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+    from multimodal.music import score_music
+    from tasks.checkpoint import load_task
+
+    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
+    with_parts = load_music21_corpus(["bach"], num_parts=data["num_parts"]).split(split, *percents)
+    merged = load_music21_corpus(["bach"], num_parts=1).split(split, *percents)
+    pieces = [notes for name, notes in zip(merged.names, merged.notes, strict=True) if name in set(with_parts.names)]
+    assert len(pieces) == len(with_parts), "the peers are scored on the shipped model's pieces"
+    peers = []
+    for run in sorted((PEER_ROOT / "lightning_logs").glob("seed*")):
+        peer, tokenizer, peer_data = load_task(run / "checkpoints" / "best.ckpt")
+        scores = [score_music(peer.model, tokenizer, notes, peer_data.get("seq_len", 256)) for notes in pieces]
+        total = sum(scores[1:], scores[0])
+        peers.append({"run": run.name, "nats_per_second": total.per_second, "nats_per_note": total.per_note})
+    return peers
+
+
+@torch.inference_mode()
+def part_nats(model: torch.nn.Module, tokenizer, notes, seq_len: int) -> tuple[float, int]:
+    """What naming each note's part costs a parts model: the summed ``-log P(part | pitch, context)`` over the
+    piece's PITCH targets (the joint PITCH id's probability against the sum over the parts at that pitch),
+    and the number of notes. A diagnostic, not a likelihood: the context keeps the true parts."""
+    from multimodal.data.music import MidiCorpus, MidiPieceWindows
+
+    windows = MidiPieceWindows(MidiCorpus(["piece"], [notes]), tokenizer, seq_len)
+    low, parts, total, count = tokenizer.pitch_offset, tokenizer.config.num_parts, 0.0, 0
+    for index in range(len(windows)):
+        ids = windows[index][None]
+        logp = torch.log_softmax(model(ids[:, :-1]).float(), dim=-1)[0]  # (seq, vocab)
+        targets = ids[0, 1:]
+        is_pitch = (targets >= low) & (targets < low + 128 * parts)
+        if not is_pitch.any():
+            continue
+        rows, pitch_ids = logp[is_pitch], targets[is_pitch]
+        same_pitch = low + (pitch_ids - low)[:, None] % 128 + 128 * torch.arange(parts)  # (notes, parts)
+        joint = rows.gather(1, pitch_ids[:, None])[:, 0]
+        total += float((rows.gather(1, same_pitch).logsumexp(-1) - joint).sum())
+        count += int(is_pitch.sum())
+    return total, count
+
+
+def select(candidate: Path) -> dict:
+    """A candidate's validation numbers per collection and the peers' on the same validation Bach pieces."""
+    from multimodal.convert.folder import is_model_folder
+    from tasks.checkpoint import load_task
+    from tasks.runs import resolve_checkpoint
+
+    checkpoint = candidate if is_model_folder(candidate) else resolve_checkpoint(candidate)
+    numbers = per_collection(checkpoint, split="val")
+    peers = peer_scores(load_task(checkpoint).data, "val")
+    result = {"candidate": str(candidate), "checkpoint": str(checkpoint), "per_collection": numbers, "peers": peers}
+    # what the Bach nats spend on naming the voices, which the peers' merged notes do not say
+    from multimodal.data.music21_corpus import load_music21_corpus
+
+    task, tokenizer, data = load_task(checkpoint)
+    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
+    bach = load_music21_corpus(["bach"], num_parts=data["num_parts"]).split("val", *percents)
+    spent = [part_nats(task.model, tokenizer, notes, data.get("seq_len", 256)) for notes in bach.notes]
+    result["bach_part_nats_per_note"] = sum(nats for nats, _ in spent) / sum(count for _, count in spent)
+    if peers:
+        peer_mean = statistics.fmean(p["nats_per_second"] for p in peers)
+        result["bach_reduction_per_second"] = 1 - numbers["bach"]["nats_per_second"] / peer_mean
     return result
 
 
@@ -194,17 +259,17 @@ def recorded_peers(rows: list[dict], num_pieces: int, source: str) -> tuple[list
     return earlier[-1]["peers"], f"the report of the {earlier[-1]['steps']}-step model in {source}"
 
 
-def per_collection(path: Path) -> dict:
-    """Nats per note and per second of music of the model at ``path`` on each collection's test pieces."""
+def per_collection(path: Path, split: str = "test") -> dict:
+    """Nats per note and per second of music of the model at ``path`` on each collection's pieces of ``split``."""
     from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.music import score_music
     from tasks.checkpoint import load_task
 
     task, tokenizer, data = load_task(path)
     corpus = load_music21_corpus(data["collections"], num_parts=data.get("num_parts", 1))
-    test = corpus.split("test", data.get("validation_percent", 10), data.get("test_percent", 10))
+    pieces = corpus.split(split, data.get("validation_percent", 10), data.get("test_percent", 10))
     groups: dict[str, list] = {}
-    for name, notes in zip(test.names, test.notes, strict=True):
+    for name, notes in zip(pieces.names, pieces.notes, strict=True):
         groups.setdefault(name.split("/")[0], []).append(score_music(task.model, tokenizer, notes, data.get("seq_len", 256)))
     totals = {collection: sum(scores[1:], scores[0]) for collection, scores in groups.items()}
     return {collection: {"pieces": len(groups[collection]), "nats_per_note": total.per_note,

@@ -417,3 +417,42 @@ def test_pretrained_music_reuses_peers_only_from_a_report_on_the_same_test_piece
     peers, source = pretrained_music.recorded_peers(rows, 29, "results.jsonl")
     assert peers == peers_a and source == "the report of the 3000-step model in results.jsonl"
     assert pretrained_music.recorded_peers(rows, 30, "results.jsonl") == ([], None)
+
+
+def test_pretrained_music_part_nats_is_what_naming_each_notes_part_costs(monkeypatch):
+    """part_nats against a note-by-note count: -log of the joint PITCH id's probability over its pitch's
+    probability summed over the parts, from the softmax of each window's logits."""
+    import numpy as np
+    import torch
+
+    from multimodal.data.music import MidiCorpus, MidiPieceWindows
+    from multimodal.models import CausalLM, CausalLMConfig
+    from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import pretrained_music
+
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=3))
+    torch.manual_seed(0)
+    model = CausalLM(CausalLMConfig(vocab_size=tokenizer.vocab_size, dim=32, num_layers=1, num_heads=4, ff_dim=64,
+                                    max_seq_len=64)).eval()  # fmt: skip
+    rng = np.random.default_rng(0)
+    onsets = np.sort(rng.integers(0, 40, 60)) * 0.25
+    notes = np.column_stack([rng.integers(48, 72, 60), onsets, onsets + 0.5, np.full(60, 80), rng.integers(0, 3, 60)])
+    nats, count = pretrained_music.part_nats(model, tokenizer, notes.astype(float), seq_len=64)
+
+    windows = MidiPieceWindows(MidiCorpus(["piece"], [notes.astype(float)]), tokenizer, 64)
+    expected, notes_seen = 0.0, 0
+    with torch.no_grad():
+        for index in range(len(windows)):
+            ids = windows[index]
+            probs = torch.softmax(model(ids[None, :-1])[0].double(), dim=-1)
+            for row, target in enumerate(ids[1:].tolist()):
+                offset = target - tokenizer.pitch_offset
+                if 0 <= offset < 128 * 3:
+                    pitch = offset % 128
+                    same = sum(probs[row, tokenizer.pitch_offset + 128 * part + pitch] for part in range(3))
+                    expected += -math.log(float(probs[row, target] / same))
+                    notes_seen += 1
+    assert count == notes_seen > 0
+    assert nats == pytest.approx(expected, rel=1e-4) and nats > 0
