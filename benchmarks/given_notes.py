@@ -132,8 +132,9 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
     chorales = [(notes, controls) for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True)
                 if name.startswith("bach/") and len(np.unique(notes[:, 4])) >= 2 and (notes[:, 4] == 0).any()]  # fmt: skip
     nll = dict.fromkeys(["given", "alone", "sight", "given_raw", "alone_raw", "both", "left", "both_raw", "left_raw",
-                         "plain", "plain_shipped"], 0.0)  # fmt: skip
-    harmony_notes, plain_notes, span_notes, spans = 0, 0, 0, 0
+                         "plain", "plain_shipped", "both_late", "left_late"], 0.0)  # fmt: skip
+    harmony_notes, plain_notes, span_notes, late_notes, spans = 0, 0, 0, 0, 0
+    ahead = tokenizer.config.anticipation_steps * tokenizer.config.time_step  # seconds a given note comes ahead
     lower_parts = list(range(1, tokenizer.config.num_parts))
     for notes, controls in chorales:
         head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
@@ -169,15 +170,23 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         if not in_span.any():
             continue
         before = notes[:, 1] < end - step / 2
+        # the span's last `ahead` seconds, where the notes after it can be written ahead, and the time before
+        late = round(max(end - ahead, start) / step) * step
         ids, is_given = tokenizer.encode_anticipated(notes[before], notes[~before])
         scored = ~is_given & in_window(tokenizer, ids, start, end)
-        nll["both"] += decoder_nll(model, tokenizer, head, ids, is_given, scored, every_part, seq_len)
+        each = decoder_nll(model, tokenizer, head, ids, is_given, scored, every_part, seq_len, each=True)
+        nll["both"] += float(each[scored].sum())
+        nll["both_late"] += float(each[scored & in_window(tokenizer, ids, late, end)].sum())
         nll["both_raw"] += written_nll(model, head, ids, scored, seq_len)
         ids = tokenizer.encode_notes_array(notes)
         scored = in_window(tokenizer, ids, start, end)
-        nll["left"] += decoder_nll(model, tokenizer, head, ids, np.zeros(len(ids), dtype=bool), scored, every_part, seq_len)
+        each = decoder_nll(model, tokenizer, head, ids, np.zeros(len(ids), dtype=bool), scored, every_part, seq_len,
+                           each=True)  # fmt: skip
+        nll["left"] += float(each[scored].sum())
+        nll["left_late"] += float(each[scored & in_window(tokenizer, ids, late, end)].sum())
         nll["left_raw"] += written_nll(model, head, ids, scored, seq_len)
         span_notes += int(in_span.sum())
+        late_notes += int((in_span & (notes[:, 1] >= late - step / 2)).sum())
         spans += 1
     return {
         "checkpoint": str(checkpoint.relative_to(ROOT) if checkpoint.is_relative_to(ROOT) else checkpoint),
@@ -192,6 +201,12 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         "infill_left_only_decoder_nats_per_note": nll["left"] / max(span_notes, 1),
         "infill_both_sides_nats_per_note": nll["both_raw"] / max(span_notes, 1),
         "infill_left_only_nats_per_note": nll["left_raw"] / max(span_notes, 1),
+        # the span split at `ahead` seconds before its end: only the late part can read the notes after it
+        "span_late_seconds": ahead, "span_early_notes": span_notes - late_notes, "span_late_notes": late_notes,
+        "infill_both_sides_early_decoder_nats_per_note": (nll["both"] - nll["both_late"]) / max(span_notes - late_notes, 1),
+        "infill_left_only_early_decoder_nats_per_note": (nll["left"] - nll["left_late"]) / max(span_notes - late_notes, 1),
+        "infill_both_sides_late_decoder_nats_per_note": nll["both_late"] / max(late_notes, 1),
+        "infill_left_only_late_decoder_nats_per_note": nll["left_late"] / max(late_notes, 1),
         "plain_nats_per_note": nll["plain"] / max(plain_notes, 1),
         "shipped_plain_nats_per_note": nll["plain_shipped"] / max(plain_notes, 1) if shipped is not None else None,
     }  # fmt: skip
@@ -244,14 +259,16 @@ def written_nll(model, head: list[int], ids: np.ndarray, scored: np.ndarray, seq
 
 
 def decoder_nll(model, tokenizer, head: list[int], ids: np.ndarray, is_given: np.ndarray, scored: np.ndarray,
-                parts: list[int], seq_len: int, window_end: float | None = None) -> float:
+                parts: list[int], seq_len: int, window_end: float | None = None, each: bool = False):
     """Summed NLL of the ``scored`` ids of ``head + ids`` as the harmonize / infill decoder writes them: given
-    ids fed, ``parts`` written, shifts stopped at given notes (:func:`multimodal.music.harmonize.decoder_token_nll`)."""
+    ids fed, ``parts`` written, shifts stopped at given notes (:func:`multimodal.music.harmonize.decoder_token_nll`).
+    ``each``: the NLL of every id of ``ids`` instead, float64 ``(len(ids),)`` (NaN where not scored)."""
     from multimodal.music.harmonize import decoder_token_nll
 
     fed = np.r_[np.ones(len(head), dtype=bool), is_given]
     nll = decoder_token_nll(model, tokenizer, np.r_[head, ids], fed, parts, seq_len, window_end=window_end)
-    return float(nll[len(head) - 1 :][scored].sum())
+    nll = nll[len(head) - 1 :]
+    return np.where(scored, nll, np.nan) if each else float(nll[scored].sum())
 
 
 def soprano_rows(tokenizer, ids: np.ndarray) -> np.ndarray:
@@ -312,8 +329,16 @@ def _group_table(rows: list[dict]) -> str:
                      f"{len(rows)} | {spread([r[at_onsets] for r in rows], 3)} | {spread([r[alone] for r in rows], 3)} | "
                      f"{spread([cut(r, at_onsets, alone) for r in rows], 3)} |")  # fmt: skip
     shipped = [r["shipped_plain_nats_per_note"] for r in rows if r.get("shipped_plain_nats_per_note") is not None]
-    lines.append(f"| plain Bach test chorales (the shipped model: "
+    split = "validation" if rows[0].get("stage") == "select" else "test"
+    lines.append(f"| plain Bach {split} chorales (the shipped model: "
                  f"{spread(shipped, 3) if shipped else '—'}) | {len(rows)} | | {spread([r['plain_nats_per_note'] for r in rows], 3)} | |")
+    if all("span_late_notes" in row for row in rows):  # the span before the look-ahead reaches it, and after
+        for part, name in (("early", "before its last"), ("late", "in its last")):
+            given, alone = f"infill_both_sides_{part}_decoder_nats_per_note", f"infill_left_only_{part}_decoder_nats_per_note"
+            lines.append(f"| infilling: the span {name} {rows[0]['span_late_seconds']:g} s (the look-ahead), as the decoder "
+                         f"writes them | "
+                         f"{len(rows)} | {spread([r[given] for r in rows], 3)} | {spread([r[alone] for r in rows], 3)} | "
+                         f"{spread([cut(r, given, alone) for r in rows], 3)} |")  # fmt: skip
     return "\n".join(lines)
 
 

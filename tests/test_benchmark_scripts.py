@@ -312,6 +312,13 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     # the decoder's rules only take probability away from ids that are not the real ones
     assert row["harmonization_given_decoder_nats_per_note"] < row["harmonization_given_nats_per_note"]
     assert row["infill_left_only_decoder_nats_per_note"] <= row["infill_left_only_nats_per_note"]
+    # the span split at the look-ahead before its end: the notes and the nats of both parts add up to the whole
+    early, late = row["span_early_notes"], row["span_late_notes"]
+    assert early + late == row["span_notes"] and row["span_late_seconds"] > 0
+    for side in ("both_sides", "left_only"):
+        parts = (early * row[f"infill_{side}_early_decoder_nats_per_note"]
+                 + late * row[f"infill_{side}_late_decoder_nats_per_note"])  # fmt: skip
+        assert parts == pytest.approx(row["span_notes"] * row[f"infill_{side}_decoder_nats_per_note"], rel=1e-9)
     again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| harmonization: alto, tenor, bass, as the decoder writes them" in again.stdout
