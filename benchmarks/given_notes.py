@@ -47,6 +47,14 @@ from protocol import load, record, spread
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DECODER_FIELD = "harmonization_given_decoder_nats_per_note"  # rows scored as the decoder writes (since 2026-12-04)
+def shipped_base() -> str:
+    """The first 12 hex digits of the shipped model's weights' SHA-256 (its ``SHA256SUMS``): the model the runs
+    fine-tune. Rows record it, so a run from another shipped model is neither reused nor averaged with it
+    (rows without it fine-tuned the first stage, 3,000 steps)."""
+    sums = (ROOT / "multimodal" / "pretrained" / "music" / "SHA256SUMS").read_text().split()
+    return sums[sums.index("model.safetensors") - 1][:12]
+
+
 ENCODING = "v3"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
 ENCODINGS = {
     "v1": "given notes ahead only, at onset - Δ (time shifts cut there)",
@@ -61,8 +69,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200, help="fine-tuning steps per seed")
     parser.add_argument("--span", type=float, default=4.0, help="infilling: seconds of the span")
     parser.add_argument("--min-seconds", type=float, default=12.0, help="infilling: shorter test pieces are left out")
-    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / f"given_notes_{ENCODING}",
-                        help="the runs' folder (one per encoding: a run of another one is never resumed)")  # fmt: skip
+    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / f"given_notes_{ENCODING}_{shipped_base()[:8]}",
+                        help="the runs' folder (one per encoding and shipped model: a run of another one is never "
+                             "resumed)")  # fmt: skip
     parser.add_argument("--set", nargs=argparse.REMAINDER, default=[],
                         help="(last) more fit options, e.g. --set --data.init_args.limit=20")  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="the test suite's size: tiny model, from scratch")
@@ -82,9 +91,10 @@ def main() -> None:
         print(json.dumps(by_kind(args.by_kind, "val" if args.stage == "select" else "test")))
         return
     torch.set_num_threads(2)
+    base = "none" if args.tiny else shipped_base()
     same = [row for row in load(args.out)
             if row.get("steps") == args.steps and row.get("stage") == args.stage and row.get("set", []) == args.set
-            and row.get("encoding") == ENCODING]
+            and row.get("encoding") == ENCODING and row.get("base") == base]
     done = {row["seed"] for row in same if DECODER_FIELD in row}  # rows of older code are measured again
     trained = {row["seed"]: row["train_seconds"] for row in same}
     for seed in args.seeds:
@@ -94,7 +104,8 @@ def main() -> None:
         started = time.perf_counter()
         checkpoint = train(seed, args)  # a finished run stops at once
         seconds = trained.get(seed, round(time.perf_counter() - started, 1))
-        result = {"seed": seed, "steps": args.steps, "set": args.set, "encoding": ENCODING, "train_seconds": seconds,
+        result = {"seed": seed, "steps": args.steps, "set": args.set, "encoding": ENCODING, "base": base,
+                  "train_seconds": seconds,
                   **measure(checkpoint, args)}  # fmt: skip
         record(args.out, result, stage=args.stage)
         print(json.dumps(result))
@@ -298,11 +309,12 @@ def table(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         key = (row.get("encoding", "v1"), row.get("stage", "report"), row["steps"], " ".join(row.get("set", [])),
-               DECODER_FIELD in row)  # fmt: skip
+               DECODER_FIELD in row, row.get("base", ""))  # fmt: skip
         groups.setdefault(key, []).append(row)
     return "\n\n".join(f"{encoding} ({ENCODINGS[encoding]}), {stage}, {steps} steps{', ' + extra if extra else ''}"
-                       f"{'' if decoder else ' (raw scores only: measured before the decoder scores)'}:\n\n" + _group_table(group)
-                       for (encoding, stage, steps, extra, decoder), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
+                       f"{'' if decoder else ' (raw scores only: measured before the decoder scores)'}, from "
+                       f"{'scratch (tiny)' if base == 'none' else 'the shipped model ' + base if base else 'the first-stage shipped model'}:\n\n" + _group_table(group)
+                       for (encoding, stage, steps, extra, decoder, base), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
 
 
 def _group_table(rows: list[dict]) -> str:
