@@ -47,20 +47,21 @@ from protocol import load, record, spread
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DECODER_FIELD = "harmonization_given_decoder_nats_per_note"  # rows scored as the decoder writes (since 2026-12-04)
-def shipped_base() -> str:
-    """The first 12 hex digits of the shipped model's weights' SHA-256 (its ``SHA256SUMS``): the model the runs
-    fine-tune. Rows record it, so a run from another shipped model is neither reused nor averaged with it
-    (rows without it fine-tuned the first stage, 3,000 steps)."""
-    sums = (ROOT / "multimodal" / "pretrained" / "music" / "SHA256SUMS").read_text().split()
-    return sums[sums.index("model.safetensors") - 1][:12]
-
-
 ENCODING = "v3"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
 ENCODINGS = {
     "v1": "given notes ahead only, at onset - Δ (time shifts cut there)",
     "v2": "given notes ahead at onset - Δ (time shifts cut there) and again at their onsets",
     "v3": "given notes ahead where time first arrives at or after onset - Δ (the plain time shifts), and at their onsets",
 }
+
+
+def shipped_base() -> str:
+    """The first 12 hex digits of the shipped model's weights' SHA-256 (its ``SHA256SUMS``): the model the runs
+    fine-tune. Rows record it, so a run from another shipped model is neither reused nor averaged with it
+    (rows without it fine-tuned the first stage, 3,000 steps)."""
+    from multimodal.pretrained import listed_checksums, shipped_path
+
+    return listed_checksums(shipped_path("music"))["model.safetensors"][:12]
 
 
 def main() -> None:

@@ -181,13 +181,10 @@ def report(args: argparse.Namespace) -> dict:
 def peer_scores(data: dict, split: str) -> list[dict]:
     """Each peer run's nats per note and per second on the Bach pieces of ``split`` of the shipped model's data
     (the same pieces, parts merged as the peers were trained); [] when no peer run is on disk."""
-    from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.music import score_music
     from tasks.checkpoint import load_task
 
-    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
-    with_parts = load_music21_corpus(["bach"], num_parts=data["num_parts"]).split(split, *percents)
-    merged = load_music21_corpus(["bach"], num_parts=1).split(split, *percents)
+    with_parts, merged = bach_pieces(data, split, data["num_parts"]), bach_pieces(data, split, 1)
     pieces = [notes for name, notes in zip(merged.names, merged.notes, strict=True) if name in set(with_parts.names)]
     assert len(pieces) == len(with_parts), "the peers are scored on the shipped model's pieces"
     peers = []
@@ -197,6 +194,14 @@ def peer_scores(data: dict, split: str) -> list[dict]:
         total = sum(scores[1:], scores[0])
         peers.append({"run": run.name, "nats_per_second": total.per_second, "nats_per_note": total.per_note})
     return peers
+
+
+def bach_pieces(data: dict, split: str, num_parts: int):
+    """The Bach pieces of ``split`` of a run's data (its split percentages), with ``num_parts`` parts."""
+    from multimodal.data.music21_corpus import load_music21_corpus
+
+    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
+    return load_music21_corpus(["bach"], num_parts=num_parts).split(split, *percents)
 
 
 @torch.inference_mode()
@@ -231,14 +236,11 @@ def select(candidate: Path) -> dict:
 
     checkpoint = candidate if is_model_folder(candidate) else resolve_checkpoint(candidate)
     numbers = per_collection(checkpoint, split="val")
-    peers = peer_scores(load_task(checkpoint).data, "val")
+    task, tokenizer, data = load_task(checkpoint)
+    peers = peer_scores(data, "val")
     result = {"candidate": str(candidate), "checkpoint": str(checkpoint), "per_collection": numbers, "peers": peers}
     # what the Bach nats spend on naming the voices, which the peers' merged notes do not say
-    from multimodal.data.music21_corpus import load_music21_corpus
-
-    task, tokenizer, data = load_task(checkpoint)
-    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
-    bach = load_music21_corpus(["bach"], num_parts=data["num_parts"]).split("val", *percents)
+    bach = bach_pieces(data, "val", data["num_parts"])
     spent = [part_nats(task.model, tokenizer, notes, data.get("seq_len", 256)) for notes in bach.notes]
     result["bach_part_nats_per_note"] = sum(nats for nats, _ in spent) / sum(count for _, count in spent)
     if peers:

@@ -58,12 +58,13 @@ def write_checksums(folder: str | Path) -> Path:
     return path
 
 
+def listed_checksums(folder: str | Path) -> dict[str, str]:
+    """The SHA-256 (hex) that ``folder``'s ``SHA256SUMS`` lists, by file name."""
+    lines = (Path(folder) / CHECKSUM_FILE).read_text(encoding="utf-8").splitlines()
+    return {name: digest for digest, _, name in (line.partition("  ") for line in lines)}
+
+
 def verify(folder: str | Path) -> list[str]:
     """Files of ``folder`` whose SHA-256 differs from ``SHA256SUMS`` (or that are missing or not listed); [] if all match."""
-    folder = Path(folder)
-    listed = {}
-    for line in (folder / CHECKSUM_FILE).read_text(encoding="utf-8").splitlines():
-        digest, _, name = line.partition("  ")
-        listed[name] = digest
-    found = file_checksums(folder)
+    listed, found = listed_checksums(folder), file_checksums(folder)
     return sorted(name for name in set(listed) | set(found) if listed.get(name) != found.get(name))
