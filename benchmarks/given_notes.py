@@ -11,8 +11,10 @@ its best checkpoint on the **validation** pieces is measured once on the **test*
                    the given soprano to take ≥ 25 % off.
     infilling      every test piece of at least ``--min-seconds``: the span from 40 % of its length,
                    ``--span`` seconds long, all parts. Nats per note of the real span with the music after
-                   it given ahead (context on both sides) against the same model with only the music
-                   before it (left context only: the plain sequence, whose span ids see nothing after).
+                   it given (context on both sides: since v4 written first, ``GAP … AFTER … MIDDLE``, the
+                   model's ``infill_after_seconds`` of it; before, ahead among the span's notes) against the
+                   same model with only the music before it (left context only: the plain sequence, whose
+                   span ids see nothing after). Both scored with time stopped at the span's end.
                    Also the soprano given at its onsets only (the plain sequence of the chorale, the
                    soprano's ids fed): what a decoder that sight-reads the melody, with no look-ahead, gets.
     plain          nats per note of the Bach test chorales as plain sequences: what the fine-tuning
@@ -47,11 +49,12 @@ from protocol import load, record, spread
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DECODER_FIELD = "harmonization_given_decoder_nats_per_note"  # rows scored as the decoder writes (since 2026-12-04)
-ENCODING = "v3"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
+ENCODING = "v4"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
 ENCODINGS = {
     "v1": "given notes ahead only, at onset - Δ (time shifts cut there)",
     "v2": "given notes ahead at onset - Δ (time shifts cut there) and again at their onsets",
     "v3": "given notes ahead where time first arrives at or after onset - Δ (the plain time shifts), and at their onsets",
+    "v4": "v3, and infilling as prefix, suffix, middle: the music after the gap written before the gap's notes",
 }
 
 
@@ -184,16 +187,19 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         before = notes[:, 1] < end - step / 2
         # the span's last `ahead` seconds, where the notes after it can be written ahead, and the time before
         late = round(max(end - ahead, start) / step) * step
-        ids, is_given = tokenizer.encode_anticipated(notes[before], notes[~before])
+        if tokenizer.config.infill_after_steps:  # prefix, suffix, middle (the span's notes after MIDDLE)
+            ids, is_given = tokenizer.encode_infilling(notes[before], notes[~before], start, end)
+        else:
+            ids, is_given = tokenizer.encode_anticipated(notes[before], notes[~before])
         scored = ~is_given & in_window(tokenizer, ids, start, end)
-        each = decoder_nll(model, tokenizer, head, ids, is_given, scored, every_part, seq_len, each=True)
+        each = decoder_nll(model, tokenizer, head, ids, is_given, scored, every_part, seq_len, each=True, stop_at=end)
         nll["both"] += float(each[scored].sum())
         nll["both_late"] += float(each[scored & in_window(tokenizer, ids, late, end)].sum())
         nll["both_raw"] += written_nll(model, head, ids, scored, seq_len)
         ids = tokenizer.encode_notes_array(notes)
         scored = in_window(tokenizer, ids, start, end)
         each = decoder_nll(model, tokenizer, head, ids, np.zeros(len(ids), dtype=bool), scored, every_part, seq_len,
-                           each=True)  # fmt: skip
+                           each=True, stop_at=end)  # fmt: skip
         nll["left"] += float(each[scored].sum())
         nll["left_late"] += float(each[scored & in_window(tokenizer, ids, late, end)].sum())
         nll["left_raw"] += written_nll(model, head, ids, scored, seq_len)
@@ -271,14 +277,17 @@ def written_nll(model, head: list[int], ids: np.ndarray, scored: np.ndarray, seq
 
 
 def decoder_nll(model, tokenizer, head: list[int], ids: np.ndarray, is_given: np.ndarray, scored: np.ndarray,
-                parts: list[int], seq_len: int, window_end: float | None = None, each: bool = False):
+                parts: list[int], seq_len: int, window_end: float | None = None, each: bool = False,
+                stop_at: float | None = None):
     """Summed NLL of the ``scored`` ids of ``head + ids`` as the harmonize / infill decoder writes them: given
     ids fed, ``parts`` written, shifts stopped at given notes (:func:`multimodal.music.harmonize.decoder_token_nll`).
-    ``each``: the NLL of every id of ``ids`` instead, float64 ``(len(ids),)`` (NaN where not scored)."""
+    ``each``: the NLL of every id of ``ids`` instead, float64 ``(len(ids),)`` (NaN where not scored). ``stop_at``:
+    the infill decoder's window end (seconds), where time stops."""
     from multimodal.music.harmonize import decoder_token_nll
 
     fed = np.r_[np.ones(len(head), dtype=bool), is_given]
-    nll = decoder_token_nll(model, tokenizer, np.r_[head, ids], fed, parts, seq_len, window_end=window_end)
+    nll = decoder_token_nll(model, tokenizer, np.r_[head, ids], fed, parts, seq_len, window_end=window_end,
+                            stop_at=stop_at)  # fmt: skip
     nll = nll[len(head) - 1 :]
     return np.where(scored, nll, np.nan) if each else float(nll[scored].sum())
 
@@ -296,11 +305,14 @@ def soprano_rows(tokenizer, ids: np.ndarray) -> np.ndarray:
 
 def in_window(tokenizer, ids: np.ndarray, start: float, end: float) -> np.ndarray:
     """bool ``(len(ids),)``: the ids read while the music is in ``[start, end)`` seconds — the notes written
-    there and the time shifts that arrive there (a shift belongs to the time it reaches)."""
+    there and the time shifts that arrive there (a shift belongs to the time it reaches); in a sequence with a
+    ``GAP … AFTER … MIDDLE`` block, only the ids after ``MIDDLE`` (the gap's own)."""
     step = tokenizer.config.time_step
-    shift = (ids >= tokenizer.time_shift_offset) & (ids < tokenizer.velocity_offset)
-    now = np.cumsum(np.where(shift, ids - tokenizer.time_shift_offset + 1, 0))
-    return (now >= round(start / step)) & (now < round(end / step))
+    now = tokenizer.clock(ids)
+    inside = (now >= round(start / step)) & (now < round(end / step))
+    if getattr(tokenizer.config, "infill_after_steps", 0) and (ids == tokenizer.infill_id("MIDDLE")).any():
+        inside[: np.flatnonzero(ids == tokenizer.infill_id("MIDDLE"))[-1] + 1] = False
+    return inside
 
 
 def table(rows: list[dict]) -> str:

@@ -18,7 +18,11 @@ from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurat
 TOKENIZER = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True))
 ANTICIPATING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100))
 """Given notes written a second ahead (the anticipation vocabulary); every rule below holds for both."""
-TOKENIZERS = pytest.mark.parametrize("tokenizer", [TOKENIZER, ANTICIPATING], ids=["plain", "anticipating"])
+FILLING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100,
+                                                            infill_after_steps=300))  # fmt: skip
+"""And the music after an infill span written first, 3 seconds of it (prefix, suffix, middle)."""
+TOKENIZERS = pytest.mark.parametrize("tokenizer", [TOKENIZER, ANTICIPATING, FILLING],
+                                     ids=["plain", "anticipating", "filling"])  # fmt: skip
 
 
 class Adversary(nn.Module):
@@ -68,17 +72,22 @@ def test_every_given_note_comes_back_and_only_the_allowed_parts_are_written(mode
         if model_kind == "random":
             assert (notes[:, 4] > 0).any()  # it did write something of its own
         assert tokenizer.eos_id not in ids[:-1]
-        if tokenizer is ANTICIPATING:  # each melody note came a second before it sounds
+        if tokenizer.config.anticipation_steps:  # each melody note came a second before it sounds
             assert_given_ahead(tokenizer, ids, line)
 
 
 def assert_given_ahead(tokenizer: MidiDurationTokenizer, ids: list[int], given: np.ndarray) -> None:
     """Walks the ids: one AHEAD per given note, each at the first time the music arrived (the start, the end of
-    a shift) at or after its onset minus the look-ahead — where training's encoding writes it."""
-    now, before, seen = 0, -(10**9), []
+    a shift, MIDDLE's return to the time before a gap) at or after its onset minus the look-ahead — where
+    training's encoding writes it."""
+    now, before, seen, at_gap = 0, -(10**9), [], 0
     for token in ids:
         event = tokenizer.token_to_event(token)
-        if event.kind == "TIME_SHIFT":
+        if event.kind == "GAP":
+            at_gap = now
+        elif event.kind == "MIDDLE":
+            before, now = -(10**9), at_gap
+        elif event.kind == "TIME_SHIFT":
             before, now = now, now + event.value
         elif event.kind == "AHEAD":
             seen.append(now + event.value)
@@ -125,9 +134,15 @@ def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_e
                      generator=torch.Generator().manual_seed(seed))  # fmt: skip
         notes = tokenizer.decode_notes(ids)
         rewritten = list(range(tokenizer.config.num_parts)) if parts is None else parts
+        kept = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]
         if tokenizer is ANTICIPATING:  # the music before the span as written notes, the rest given ahead
-            kept = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]
             assert_given_ahead(tokenizer, ids, kept[kept[:, 1] >= 2.0])
+        if tokenizer is FILLING:  # the 3 s after the span written before it, the other parts in it ahead
+            kinds = [tokenizer.token_to_event(token).kind for token in ids]
+            assert kinds.count("GAP") == kinds.count("AFTER") == kinds.count("MIDDLE") == 1
+            block = tokenizer.decode_notes(ids[kinds.index("AFTER") : kinds.index("MIDDLE")])  # from the span's end
+            assert exact(block + np.array([0, 5.0, 5.0, 0, 0])) == exact(kept[(kept[:, 1] >= 5.0) & (kept[:, 1] < 8.0)])
+            assert_given_ahead(tokenizer, ids, kept[(kept[:, 1] >= 2.0) & (kept[:, 1] < 5.0)])
 
         ours = notes[~(np.isin(notes[:, 4], rewritten) & (notes[:, 1] >= 2.0 - 1e-9) & (notes[:, 1] < 5.0 - 1e-9))]
         theirs = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]

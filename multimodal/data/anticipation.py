@@ -12,7 +12,11 @@ learns every case the toolkit asks of it (Thickstun et al. 2023 train one model 
   before ``b``; every other note is given. ``a = 0, b = end`` is harmonization (the parts outside
   ``C`` given whole); ``C`` = every part is infilling (the music from ``b`` on given);
 - **part left out**: a random non-empty proper subset of the parts removed and nothing given — what
-  the remaining parts sound like alone, the unconditioned baseline of harmonization.
+  the remaining parts sound like alone, the unconditioned baseline of harmonization;
+- **gap**: a random span ``[a, b)`` (its length uniform in ``infill_seconds``) and parts ``C`` as above;
+  the notes of ``C`` in the span are written *after* the music that follows the span
+  (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`: prefix, suffix,
+  middle), the other parts' notes in the span given ahead — infilling that knows the bars after the gap.
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ class GivenNotesDraw:
             the piece, as in harmonization); otherwise ``a`` is uniform over the piece.
         to_end: Within the given case, the chance that ``b`` is the piece's end; otherwise ``b`` is
             uniform between ``a`` and the end.
-        all_parts: Within the given case, the chance that ``C`` is every part (infilling); otherwise
-            ``C`` is a uniformly random non-empty subset of the parts.
+        all_parts: Within the given and gap cases, the chance that ``C`` is every part (infilling);
+            otherwise ``C`` is a uniformly random non-empty subset of the parts.
+        infill_share: Share of windows that fill a gap knowing the music after it (the *gap* case;
+            the tokenizer needs ``infill_after_steps``).
+        infill_seconds: The shortest and longest gap of the *gap* case, in seconds.
     """
 
     given_share: float = 0.5
@@ -42,16 +49,23 @@ class GivenNotesDraw:
     from_start: float = 0.5
     to_end: float = 0.5
     all_parts: float = 0.3
+    infill_share: float = 0.0
+    infill_seconds: tuple[float, float] = (1.0, 8.0)
 
     def __post_init__(self) -> None:
-        for name in ("given_share", "part_drop_share", "from_start", "to_end", "all_parts"):
+        for name in ("given_share", "part_drop_share", "from_start", "to_end", "all_parts", "infill_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name}={getattr(self, name)} must lie in [0, 1]")
-        if self.given_share + self.part_drop_share > 1:
-            raise ValueError(f"given_share + part_drop_share = {self.given_share + self.part_drop_share} "
-                             "must be at most 1 (the rest of the windows are plain)")  # fmt: skip
+        shares = self.given_share + self.part_drop_share + self.infill_share
+        if shares > 1:
+            raise ValueError(f"given_share + part_drop_share + infill_share = {shares:g} must be at most 1 "
+                             "(the rest of the windows are plain)")  # fmt: skip
+        object.__setattr__(self, "infill_seconds", tuple(float(value) for value in self.infill_seconds))
+        if len(self.infill_seconds) != 2 or not 0 < self.infill_seconds[0] <= self.infill_seconds[1]:
+            raise ValueError(f"infill_seconds={list(self.infill_seconds)}: give [shortest, longest] > 0 seconds")
 
-    def __call__(self, notes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, notes: np.ndarray, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray, tuple[float, float] | None]:  # fmt: skip
         """Splits one piece into the notes a model writes and the notes it is given.
 
         Args:
@@ -59,27 +73,33 @@ class GivenNotesDraw:
             rng: The window's generator.
 
         Returns:
-            ``(written, given)``: two arrays of rows of ``notes`` (``given`` may be empty).
+            ``(written, given, gap)``: two arrays of rows of ``notes`` (``given`` may be empty), and the
+            gap case's span ``(a, b)`` in seconds (None in the other cases).
         """
         nothing = notes[:0]
         if len(notes) == 0:
-            return notes, nothing
+            return notes, nothing, None
         parts = np.unique(notes[:, 4]) if notes.shape[1] > 4 else np.zeros(1)
         case = rng.random()
         if case < self.part_drop_share:
             if len(parts) < 2:
-                return notes, nothing
+                return notes, nothing, None
             left_out = _random_subset(parts, rng, proper=True)
-            return notes[~np.isin(notes[:, 4], left_out)], nothing
-        if case >= self.part_drop_share + self.given_share:
-            return notes, nothing
+            return notes[~np.isin(notes[:, 4], left_out)], nothing, None
+        if case >= self.part_drop_share + self.given_share + self.infill_share:
+            return notes, nothing, None
         end = float(notes[:, 1].max())
-        a = 0.0 if rng.random() < self.from_start else float(rng.uniform(0.0, end))
-        b = np.inf if rng.random() < self.to_end else float(rng.uniform(a, end))
+        gap = case >= self.part_drop_share + self.given_share
+        if gap:
+            a = float(rng.uniform(0.0, end))
+            b = a + float(rng.uniform(*self.infill_seconds))
+        else:
+            a = 0.0 if rng.random() < self.from_start else float(rng.uniform(0.0, end))
+            b = np.inf if rng.random() < self.to_end else float(rng.uniform(a, end))
         written_parts = parts if rng.random() < self.all_parts else _random_subset(parts, rng, proper=False)
         in_parts = np.isin(notes[:, 4], written_parts) if notes.shape[1] > 4 else np.ones(len(notes), dtype=bool)
         written = (notes[:, 1] < a) | (in_parts & (notes[:, 1] < b))
-        return notes[written], notes[~written]
+        return notes[written], notes[~written], (a, b) if gap else None
 
 
 def _random_subset(values: np.ndarray, rng: np.random.Generator, proper: bool) -> np.ndarray:

@@ -337,6 +337,8 @@ class MidiWindowDataset(Dataset):
             raise ValueError("the corpus holds no piece; check the split and the limit")
         if given_notes is not None and not getattr(tokenizer.config, "anticipation_steps", 0):
             raise ValueError("given_notes needs a tokenizer with anticipation_steps > 0 (AHEAD ids)")
+        if given_notes is not None and given_notes.infill_share and not getattr(tokenizer.config, "infill_after_steps", 0):
+            raise ValueError("given_notes.infill_share needs a tokenizer with infill_after_steps > 0 (GAP AFTER MIDDLE ids)")
         self.given_notes = given_notes
         self.corpus, self.tokenizer, self.seq_len = corpus, tokenizer, seq_len
         self.epoch_length, self.augmentation, self.control_dropout = epoch_length, augmentation, control_dropout
@@ -376,20 +378,22 @@ class MidiWindowDataset(Dataset):
             notes, semitones = self.augmentation.draw(notes, rng)
         elif self.augmentation is not None:
             notes = self.augmentation(notes, rng)
-        given = None
+        given, gap = None, None
         if self.given_notes is not None:
-            notes, given = self.given_notes(notes, rng)
+            notes, given, gap = self.given_notes(notes, rng)
         if not _has_controls(self.tokenizer):
-            ids = _piece_ids(self.tokenizer, notes, given=given)
-            start = int(rng.integers(0, max(len(ids) - self.seq_len - 1, 0) + 1))
+            ids = _piece_ids(self.tokenizer, notes, given=given, gap=gap)
+            latest = max(len(ids) - self.seq_len - 1, 0)  # a gap's window ends with its notes (prefix cut first)
+            start = latest if gap is not None else int(rng.integers(0, latest + 1))
             return _pad(ids[start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
         # Every window opens BOS + controls (each hidden at random), then events from a random place.
         controls = _controls(self.corpus, piece).transposed(semitones)
         controls = controls.dropped((rng.random(len(CONTROL_NAMES)) >= self.control_dropout).tolist())
         head = torch.tensor([self.tokenizer.bos_id, *self.tokenizer.control_ids(controls)])
-        body = _piece_ids(self.tokenizer, notes, given=given)[1:]
+        body = _piece_ids(self.tokenizer, notes, given=given, gap=gap)[1:]
         room = self.seq_len + 1 - len(head)
-        start = int(rng.integers(0, max(len(body) - room, 0) + 1))
+        latest = max(len(body) - room, 0)
+        start = latest if gap is not None else int(rng.integers(0, latest + 1))
         return _pad(torch.cat([head, body[start : start + room]]), self.seq_len + 1, self.pad_id)
 
 
@@ -453,15 +457,20 @@ class MidiPieceWindows(Dataset):
 
 
 def _piece_ids(tokenizer: MidiTokenizer, notes: np.ndarray, controls: Controls | None = None,
-               given: np.ndarray | None = None) -> torch.Tensor:
+               given: np.ndarray | None = None, gap: tuple[float, float] | None = None) -> torch.Tensor:
     """``[BOS] (+ controls) + events + [EOS]`` of one piece as int64 ``(length,)``; with ``given`` notes,
-    the events are ``notes`` with ``given`` written ahead (``encode_anticipated``)."""
+    the events are ``notes`` with ``given`` written ahead (``encode_anticipated``); with a ``gap`` ``(a, b)``
+    seconds, the prefix, the music after the gap and the gap's notes (``encode_infilling``, no EOS: the
+    piece goes on after the gap)."""
+    end = [tokenizer.eos_id]
     if given is None:
         events = torch.from_numpy(tokenizer.encode_notes_array(notes))
+    elif gap is not None:
+        events, end = torch.from_numpy(tokenizer.encode_infilling(notes, given, *gap)[0]), []
     else:
         events = torch.from_numpy(tokenizer.encode_anticipated(notes, given)[0])
     head = [tokenizer.bos_id, *(tokenizer.control_ids(controls) if controls is not None else [])]
-    return torch.cat([torch.tensor(head), events, torch.tensor([tokenizer.eos_id])])
+    return torch.cat([torch.tensor(head), events, torch.tensor(end, dtype=torch.int64)])
 
 
 def _has_controls(tokenizer: MidiTokenizer) -> bool:

@@ -18,7 +18,9 @@ The model sees each given note when its onset comes, not before (no look-ahead):
 trained on whole pieces harmonizes what it has heard so far, as a player sight-reading the tune.
 :func:`infill` is the same decoder with a window: the notes of the chosen parts that start in the
 span are rewritten, the music before it and after it is given, and a new note ends by the span's
-end, so none hangs across the seam.
+end, so none hangs across the seam. With a vocabulary that has ``GAP AFTER MIDDLE`` ids
+(``infill_after_steps``), the music after the span is written first, in full, before the model writes
+the span (prefix, suffix, middle: :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`).
 """
 
 from __future__ import annotations
@@ -124,7 +126,10 @@ def infill(
         Others: as :func:`harmonize`.
 
     Notes starting before the span keep their length (they may sound into it); new notes end by
-    ``end``, so none hangs across the seam; the music after ``end`` is given back exactly.
+    ``end``, so none hangs across the seam; the music after ``end`` is given back exactly. A vocabulary
+    with infilling ids (``infill_after_steps``) reads the music after the span before writing it, as it
+    was trained (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`); the
+    ids then hold ``GAP … AFTER … MIDDLE`` after the music before the span (:meth:`decode_notes` reads them).
 
     Raises:
         ValueError: An empty or inverted span, or parts the vocabulary does not have.
@@ -139,9 +144,18 @@ def infill(
     if not allowed or not all(0 <= part < num_parts for part in allowed):
         raise ValueError(f"parts {allowed}: this model has parts 0..{num_parts - 1}")
     rewritten = np.isin(notes[:, 4], allowed) & (notes[:, 1] >= start) & (notes[:, 1] < end)
-    return constrained_decode(model, tokenizer, notes[~rewritten], allowed, (start, end), controls=controls,
+    given, prompt = notes[~rewritten], None
+    if getattr(tokenizer.config, "infill_after_steps", 0):  # prefix, the music after the span, then the span
+        onset = np.rint(given[:, 1] / tokenizer.config.time_step)
+        first, last = round(start / tokenizer.config.time_step), round(end / tokenizer.config.time_step)
+        before, after = onset < first, onset >= last
+        block = tokenizer.encode_infilling(given[before], given[after], start, end)[0].tolist()
+        prompt = (block[: block.index(tokenizer.infill_id("MIDDLE")) + 1], given[before])
+        # fed as the window's given notes: the other parts' notes in the span and the music the block left out
+        given = given[~before & ~(after & (onset < last + tokenizer.config.infill_after_steps))]
+    return constrained_decode(model, tokenizer, given, allowed, (start, end), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, **options)  # fmt: skip
+                              avoid_parallels=avoid_parallels, prompt=prompt, **options)  # fmt: skip
 
 
 def constrained_decode(
@@ -156,6 +170,7 @@ def constrained_decode(
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
+    prompt: tuple[list[int], np.ndarray] | None = None,
     **options: Any,
 ) -> list[int]:
     """Samples notes of ``parts`` inside ``window`` (seconds) around ``given`` notes written exactly.
@@ -167,19 +182,24 @@ def constrained_decode(
     time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (given notes
     not reached by then are appended, alone). ``avoid_parallels``: one note at a time in each of ``parts``, and
     no new pitch that makes parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
-    Returns the ids, from BOS.
+    ``prompt``: ids read after BOS and the controls, and the notes they hold — :func:`infill`'s music before
+    the span and ``GAP … AFTER … MIDDLE`` block; decoding goes on from the time they end at, writes ahead only
+    the given notes inside the window, and stops every shift at the window's end. Returns the ids, from BOS.
     """
     sampling = SamplingConfig.of(sampling, **options)
     step = tokenizer.config.time_step
     first, last = round(window[0] / step), round(window[1] / step)
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
     groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
-    # with AHEAD ids the given notes from the window on are also written ahead (the music before it sounds)
-    announcer = AheadAnnouncer(tokenizer, given[given[:, 1] >= window[0]]) if anticipating and len(given) else None
+    # with AHEAD ids the given notes from the window on are also written ahead (the music before it sounds);
+    # after a prompt's block (the music after the window written already) only those inside the window
+    announced = given[(given[:, 1] >= window[0]) & ((given[:, 1] < window[1]) if prompt else True)] if len(given) else given
+    announcer = AheadAnnouncer(tokenizer, announced) if anticipating and len(announced) else None
     banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
     # given notes of the parts the model writes (a note sounding into an infill span): the model may not
     # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
-    kept = given[np.isin(given[:, 4], parts)] if len(given) else given
+    kept = np.concatenate([given, prompt[1]]) if prompt is not None and len(prompt[1]) else given
+    kept = kept[np.isin(kept[:, 4], parts)] if len(kept) else kept
     kept = tokenizer.decode_notes(tokenizer.encode_notes(kept)) if len(kept) else np.empty((0, 5))  # as they sound
     part_of = kept[:, 4] if kept.shape[1] == 5 else np.zeros(len(kept))
     sounding = [(tokenizer.pitch_offset + int(q) * NUM_PITCHES + int(p), round(on / step), round(off / step))
@@ -194,7 +214,9 @@ def constrained_decode(
     unconditional = unconditional_prompt(tokenizer, head, sampling)
     if unconditional is not None:  # classifier-free guidance: every call below runs both prompts
         model = GuidedModel(model, unconditional, sampling.guidance_scale)
-    ids, time, next_group, sampled, note_ahead = list(head), 0, 0, 0, 0
+    read = list(prompt[0]) if prompt is not None else []
+    ids, next_group, sampled, note_ahead = head + read, 0, 0, 0
+    time = int(tokenizer.clock(read)[-1]) if read else 0
     queue = announcer.due(time) if announcer is not None else []
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
@@ -204,10 +226,12 @@ def constrained_decode(
     try:
         with torch.inference_mode():
             state = model.new_state()
-            logits = model(torch.tensor([head], device=device), state=state)[0, -1]
+            logits = model(torch.tensor([ids], device=device), state=state)[0, -1]
             while sampled < max_new_tokens:
                 after_pitch = pending or tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset
                 next_onset = groups[next_group][0] if next_group < len(groups) else None
+                if prompt is not None and time < last:  # the music after the window is written: time stops at its end
+                    next_onset = last if next_onset is None else min(next_onset, last)
                 if not queue and not after_pitch:
                     if next_onset == time:
                         queue = list(groups[next_group][1])  # the given notes of this onset, as the model writes them
@@ -230,8 +254,8 @@ def constrained_decode(
                                                 merge=anticipating)[0]  # fmt: skip
                     if pending:
                         mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
-                    elif parallels is not None and first <= time < last:  # outside, no pitch may start anyway
-                        mask |= parallels.banned(time)
+                    if parallels is not None and first <= time < last:  # outside, no pitch may start anyway
+                        mask |= parallels.banned(time)  # also after a PITCH: another PITCH would replace it
                     scores = add_logit_bias(logits.float().cpu()[None], sampling.logit_bias, sampling.logit_bias_group)
                     token, own = int(sample_next(scores.masked_fill(mask, float("-inf")), sampling,
                                                  generator=generator)[0]), True  # fmt: skip
@@ -344,6 +368,7 @@ def decoder_token_nll(
     seq_len: int,
     stride: int | None = None,
     window_end: float | None = None,
+    stop_at: float | None = None,
 ) -> np.ndarray:
     """The NLL (nats) of each of ``ids[1:]`` as the harmonize / infill decoder samples it, float64 ``(len(ids) - 1,)``.
 
@@ -354,22 +379,35 @@ def decoder_token_nll(
     and no shift passes the next given note (with AHEAD ids, the shift that reaches it takes the
     probability of the longer ones: :func:`stop_shifts_at`). ``window_end`` (seconds): while a note the
     model started waits for its length, lengths that pass it are never written (None: not applied — a real
-    note that passes it would score ``inf``). The NLL of a given id is not meaningful (it may be ``inf``).
+    note that passes it would score ``inf``). ``stop_at`` (seconds): after the last ``MIDDLE`` (or from the start,
+    without one), time stops there as at a given note, and EOS is never written before it — :func:`infill`'s
+    decoder after a ``GAP … AFTER … MIDDLE`` block, and, with the music after a span fed, without one. The
+    block's ids are read, not decoded: they count as given, never as a given note at its onset. The NLL
+    of a given id is not meaningful (it may be ``inf``).
     Windows as :func:`~multimodal.music.scoring.token_nll`. Not modelled: no note outside the window, the
     pitches of given notes of the written parts while they sound, and ``avoid_parallels``.
     """
     from multimodal.music.scoring import token_nll
 
     ids, is_given = np.asarray(ids, dtype=np.int64), np.asarray(is_given, dtype=bool)
-    is_shift = (ids >= tokenizer.time_shift_offset) & (ids < tokenizer.velocity_offset)
-    time = np.cumsum(np.where(is_shift, ids - tokenizer.time_shift_offset + 1, 0))  # the step after each id
-    is_ahead = ids >= tokenizer.ahead_offset  # a given note's row ahead: AHEAD [VELOCITY] PITCH DURATION
+    time = tokenizer.clock(ids)  # the step after each id
+    is_ahead = (ids >= tokenizer.ahead_offset) & (ids < tokenizer.infill_offset)  # a given note's row ahead
     row_ahead = np.maximum.accumulate(np.where(is_ahead, np.arange(len(ids)), -1))  # the last AHEAD at or before
     is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset)
     at_onset = is_given & is_pitch & ~((row_ahead >= 0) & (np.arange(len(ids)) - row_ahead <= 2))  # fed at its onset
-    next_given = np.minimum.accumulate(np.where(at_onset, time, np.iinfo(np.int64).max)[::-1])[::-1]
-    remain = torch.as_tensor(next_given[1:] < np.iinfo(np.int64).max)  # predicting ids[1:]: a given note still comes
-    steps = torch.as_tensor(np.where(remain.numpy(), next_given[1:] - time[:-1], np.iinfo(np.int32).max))
+    from_here = np.ones(len(ids), dtype=bool)  # the ids after which decoding goes on (the last MIDDLE on)
+    if getattr(tokenizer.config, "infill_after_steps", 0):
+        gap, middle = (ids == tokenizer.infill_id(name) for name in ("GAP", "MIDDLE"))
+        at_onset &= ~((np.cumsum(gap) > np.cumsum(middle)) | middle)  # the block's notes are read, not fed
+        if middle.any():
+            from_here[: np.flatnonzero(middle)[-1]] = False
+    never = np.iinfo(np.int64).max
+    next_given = np.minimum.accumulate(np.where(at_onset, time, never)[::-1])[::-1][1:]  # predicting ids[1:]
+    if stop_at is not None:  # time stops at the window's end as at a given note
+        last = round(stop_at / tokenizer.config.time_step)
+        next_given = np.where(from_here[:-1] & (time[:-1] < last), np.minimum(next_given, last), next_given)
+    remain = torch.as_tensor(next_given < never)  # predicting ids[1:]: a given note still comes
+    steps = torch.as_tensor(np.where(remain.numpy(), next_given - time[:-1], np.iinfo(np.int32).max))
     banned = banned_ids(tokenizer, parts)
     shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0

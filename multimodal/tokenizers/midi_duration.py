@@ -58,6 +58,7 @@ from multimodal.tokenizers.midi import (
 from multimodal.tokenizers.music_controls import CONTROL_NAMES, Controls, control_sizes
 
 MAX_PARTS = 16  # a MIDI file's channels
+INFILL_EVENTS = ("GAP", "AFTER", "MIDDLE")  # a gap's end, the music after it, back to its start (encode_infilling)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class MidiDurationTokenizerConfig(MidiTokenizerConfig):
         anticipation_steps: How far ahead, in steps, a given note is written before its onset
             (:meth:`MidiDurationTokenizer.encode_anticipated`); reserves ``AHEAD_0 … AHEAD_<steps>``.
             0: no given notes in the vocabulary.
+        infill_after_steps: How much of the music after a gap, in steps, is written before the gap's own
+            notes (:meth:`MidiDurationTokenizer.encode_infilling`); reserves ``GAP``, ``AFTER`` and
+            ``MIDDLE``. 0: no such ids.
     """
 
     max_duration_steps: int = 800
@@ -84,6 +88,7 @@ class MidiDurationTokenizerConfig(MidiTokenizerConfig):
     part_programs: tuple[int, ...] = ()
     controls: bool = False
     anticipation_steps: int = 0
+    infill_after_steps: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -91,6 +96,8 @@ class MidiDurationTokenizerConfig(MidiTokenizerConfig):
             raise ValueError(f"max_duration_steps={self.max_duration_steps} must be at least 1")
         if self.anticipation_steps < 0:
             raise ValueError(f"anticipation_steps={self.anticipation_steps} must be 0 (none) or more")
+        if self.infill_after_steps < 0:
+            raise ValueError(f"infill_after_steps={self.infill_after_steps} must be 0 (none) or more")
         if not 1 <= self.num_parts <= MAX_PARTS:
             raise ValueError(f"num_parts={self.num_parts} must lie in 1..{MAX_PARTS}")
         object.__setattr__(self, "part_names", tuple(str(name) for name in self.part_names))  # lists from JSON
@@ -140,13 +147,26 @@ class MidiDurationTokenizer(MidiTokenizer):
                 self._control_offsets[name.upper()] = offset
                 offset += size
         self.ahead_offset = offset  # AHEAD_0 … AHEAD_<anticipation_steps> follow the controls
+        # GAP, AFTER, MIDDLE follow the AHEAD ids (a vocabulary without them keeps every id of one with them)
+        self.infill_offset = offset + (self.config.anticipation_steps + 1 if self.config.anticipation_steps else 0)
         # Ids of the performance layout do not exist here.
         self.note_on_offset = self.note_off_offset = None
 
     @property
     def vocab_size(self) -> int:
-        """3 specials + time shifts + velocity bins + 128 pitches per part + durations (+ controls, + AHEAD)."""
-        return self.ahead_offset + (self.config.anticipation_steps + 1 if self.config.anticipation_steps else 0)
+        """3 specials + time shifts + velocity bins + 128 pitches per part + durations (+ controls, + AHEAD,
+        + GAP AFTER MIDDLE)."""
+        return self.infill_offset + (len(INFILL_EVENTS) if self.config.infill_after_steps else 0)
+
+    def infill_id(self, name: str) -> int:
+        """The id of ``GAP``, ``AFTER`` or ``MIDDLE`` (:meth:`encode_infilling`).
+
+        Raises:
+            ValueError: The vocabulary has no infilling ids (``infill_after_steps`` = 0).
+        """
+        if not self.config.infill_after_steps:
+            raise ValueError("this tokenizer has no GAP / AFTER / MIDDLE ids (infill_after_steps = 0)")
+        return self.infill_offset + INFILL_EVENTS.index(name)
 
     def _is_control(self, token: int) -> bool:
         """Whether ``token`` is a STYLE / KEY / METER / DENSITY id."""
@@ -204,6 +224,8 @@ class MidiDurationTokenizer(MidiTokenizer):
             return MidiEvent("PITCH", token - self.pitch_offset)
         if token < self.control_offset:
             return MidiEvent("DURATION", int(self._durations[token - self.duration_offset]))
+        if token >= self.infill_offset:
+            return MidiEvent(INFILL_EVENTS[token - self.infill_offset], None)
         if token >= self.ahead_offset:
             return MidiEvent("AHEAD", token - self.ahead_offset)
         for name, size in control_sizes().items():  # the value's index; None: unknown
@@ -216,6 +238,8 @@ class MidiDurationTokenizer(MidiTokenizer):
         """Inverse of :meth:`token_to_event`; a DURATION value must be one of ``config.duration_steps``."""
         if kind in SPECIAL_TOKENS:
             return SPECIAL_TOKENS.index(kind)
+        if kind in INFILL_EVENTS:
+            return self.infill_id(kind)
         if kind in self._control_offsets:
             size = control_sizes()[kind.lower()]
             if value is not None and not 0 <= value < size - 1:
@@ -278,23 +302,107 @@ class MidiDurationTokenizer(MidiTokenizer):
         Raises:
             ValueError: The vocabulary has no AHEAD ids (``anticipation_steps`` = 0).
         """
-        ahead = self.config.anticipation_steps
-        if not ahead:
+        if not self.config.anticipation_steps:
             raise ValueError("this tokenizer has no AHEAD ids (a model trained with anticipation_steps > 0 has)")
-        event, given_ = self._grid_notes(notes), self._grid_notes(given)
+        return self._write_rows(*self._anticipated_rows(self._grid_notes(notes), self._grid_notes(given)))
+
+    def encode_infilling(self, notes: np.ndarray, given: np.ndarray, start: float, end: float
+                         ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Encodes a gap ``[start, end)`` seconds to be filled knowing the music after it; returns int64 ids
+        ``(num_ids,)`` and a bool mask ``(num_ids,)`` of the ids that are given (the block and given notes).
+
+        Prefix, suffix, middle, as code models fill in the middle (Bavarian et al. 2022), in this
+        vocabulary's relative time: the plain sequence of every note before ``start``; then ``GAP``, the
+        time shifts from there to ``end``, ``AFTER`` and the given notes starting in ``[end, end +
+        infill_after_steps)`` (their shifts counted from ``end``); then ``MIDDLE``, which takes time back to
+        where ``GAP`` found it, and the notes starting in the gap — ``notes`` (what a model writes) and, if
+        any, ``given`` notes of other parts there, written ahead as :meth:`encode_anticipated` writes them
+        when the vocabulary has AHEAD ids. The sequence stops with the gap's last note; later notes are
+        left out. :meth:`decode_notes` reads it back (``MIDDLE`` rewinds the clock). Loudness carries
+        across the parts, so the middle's first note repeats its VELOCITY only where it changed.
+
+        Args:
+            notes: ``(n, 4 or 5)`` the notes before the gap and the notes a model writes in it.
+            given: ``(m, 4 or 5)`` the notes after the gap and other parts' notes in it (may be empty).
+            start, end: The gap, in seconds (``start < end``).
+
+        Raises:
+            ValueError: No infilling ids (``infill_after_steps`` = 0), or ``end`` not after ``start``.
+        """
+        gap, after_id, middle = (self.infill_id(name) for name in INFILL_EVENTS)
+        first, last = round(start / self.config.time_step), round(end / self.config.time_step)
+        if not first < last:
+            raise ValueError(f"the gap {start:g} s to {end:g} s is empty on the {self.config.time_step:g} s grid")
+        written, told = self._grid_notes(notes), self._grid_notes(given)
+        before = tuple(np.r_[w[written[1] < first], t[told[1] < first]] for w, t in zip(written, told, strict=True))
+        order = np.lexsort((before[0], before[1]))
+        before = tuple(column[order] for column in before)
+        after = tuple(column[(told[1] >= last) & (told[1] < last + self.config.infill_after_steps)] for column in told)
+        order = np.lexsort((after[0], after[1]))
+        after = tuple(column[order] for column in after)
+        in_gap = lambda columns: tuple(c[(columns[1] >= first) & (columns[1] < last)] for c in columns)  # noqa: E731
+        now = int(before[1][-1]) if len(before[0]) else 0  # the time GAP finds and MIDDLE returns to
+        prefix, _ = self._write_rows(before[1], before[0], before[2] - before[1], before[3])
+        loudness = int(before[3][-1]) if len(before[0]) else None
+        suffix, _ = self._write_rows(after[1] - last, after[0], after[2] - after[1], after[3], loudness=(None, loudness))
+        loudness = int(after[3][-1]) if len(after[0]) else loudness
+        gap_written, gap_given = in_gap(written), in_gap(told)
+        if self.config.anticipation_steps:
+            rows = self._anticipated_rows(gap_written, gap_given, origin=now)
+        else:  # no AHEAD ids: the other parts' notes only at their onsets
+            columns = tuple(np.r_[w, t] for w, t in zip(gap_written, gap_given, strict=True))
+            order = np.lexsort((columns[0], columns[1]))
+            is_given = np.r_[np.zeros(len(gap_written[0]), dtype=bool), np.ones(len(gap_given[0]), dtype=bool)][order]
+            rows = (columns[1][order] - now, columns[0][order], (columns[2] - columns[1])[order], columns[3][order],
+                    None, is_given)  # fmt: skip
+        body, body_given = self._write_rows(*rows, loudness=(None, loudness))
+        ids = np.r_[prefix, gap, self._shifts(last - now), after_id, suffix, middle, body].astype(np.int64)
+        block = len(prefix) + np.arange(len(ids) - len(prefix) - len(body))
+        mask = np.zeros(len(ids), dtype=bool)
+        mask[block] = True
+        mask[len(ids) - len(body) :] = body_given
+        return ids, mask
+
+    def clock(self, ids: Any) -> np.ndarray:
+        """The time, in steps, after each of ``ids`` as :meth:`decode_notes` reads them, int64 ``(len(ids),)``:
+        TIME_SHIFTs add up, ``MIDDLE`` goes back to the time of the last ``GAP``."""
+        ids = _as_id_array(ids)
+        is_shift = (ids >= self.time_shift_offset) & (ids < self.velocity_offset)
+        moved = np.where(is_shift, ids - self.time_shift_offset + 1, 0)
+        if not self.config.infill_after_steps:
+            return np.cumsum(moved)
+        gap, middle = self.infill_offset, self.infill_offset + 2
+        time = np.cumsum(moved)
+        for position in np.flatnonzero(ids == middle):  # rare (one per gap): undo the shifts since the last GAP
+            opened = np.flatnonzero(ids[:position] == gap)
+            if len(opened):
+                time[position:] -= time[position] - (time[opened[-1]])
+        return time
+
+    def _shifts(self, steps: int) -> np.ndarray:
+        """TIME_SHIFT ids moving time on by ``steps`` (the longest shifts first), int64 ``(k,)``."""
+        full, rest = divmod(max(int(steps), 0), self.config.num_time_shifts)
+        return np.array([self.velocity_offset - 1] * full + ([self.time_shift_offset + rest - 1] if rest else []),
+                        dtype=np.int64)  # fmt: skip
+
+    def _anticipated_rows(self, event: tuple[np.ndarray, ...], given_: tuple[np.ndarray, ...], origin: int = 0
+                          ) -> tuple[np.ndarray, ...]:  # fmt: skip
+        """The rows of :meth:`encode_anticipated` for grid notes ``event`` and ``given_`` (``_grid_notes``'
+        columns), in writing order, their stops counted from step ``origin`` (where time is when they begin):
+        the arguments of :meth:`_write_rows`."""
         written, told = len(event[0]), len(given_[0])
-        given_stop = self.ahead_moments(np.r_[event[1], given_[1]], given_[1])
+        given_stop = self.ahead_moments(np.r_[event[1], given_[1]] - origin, given_[1] - origin)
         # rows: every note at its onset (the plain sequence of both sets), and each given note once more ahead
-        stop = np.r_[event[1], given_[1], given_stop]
+        stop = np.r_[event[1] - origin, given_[1] - origin, given_stop]
         pitch = np.r_[event[0], given_[0], given_[0]]
         is_ahead = np.r_[np.zeros(written + told, dtype=bool), np.ones(told, dtype=bool)]
         onset = np.r_[event[1], given_[1], given_[1]]
         order = np.lexsort((onset, pitch, ~is_ahead, stop))  # at one moment: notes ahead first, then by part and pitch
-        steps_ahead = np.r_[np.full(written + told, -1), given_[1] - given_stop]
+        steps_ahead = np.r_[np.full(written + told, -1), given_[1] - origin - given_stop]
         is_given = np.r_[np.zeros(written, dtype=bool), np.ones(2 * told, dtype=bool)]
         length = np.r_[event[2] - event[1], given_[2] - given_[1], given_[2] - given_[1]]
-        return self._write_rows(stop[order], pitch[order], length[order], np.r_[event[3], given_[3], given_[3]][order],
-                                steps_ahead[order], is_given[order])  # fmt: skip
+        return (stop[order], pitch[order], length[order], np.r_[event[3], given_[3], given_[3]][order],
+                steps_ahead[order], is_given[order])  # fmt: skip
 
     def ahead_moments(self, onsets: np.ndarray, given_onsets: np.ndarray) -> np.ndarray:
         """Steps ``(m,)`` at which given notes with onsets ``given_onsets`` ``(m,)`` are written ahead.
@@ -332,8 +440,8 @@ class MidiDurationTokenizer(MidiTokenizer):
         return _resolve_overlaps(pitch, onset, offset, velocity_bin)
 
     def _write_rows(self, stop: np.ndarray, pitch: np.ndarray, length: np.ndarray, velocity_bin: np.ndarray,
-                    steps_ahead: np.ndarray | None = None, is_given: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                    steps_ahead: np.ndarray | None = None, is_given: np.ndarray | None = None,
+                    loudness: tuple[int | None, int | None] = (None, None)) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """The ids of notes in writing order, each ``[shifts to its stop] [AHEAD] [VELOCITY] PITCH DURATION``.
 
         Args:
@@ -341,6 +449,8 @@ class MidiDurationTokenizer(MidiTokenizer):
             pitch: ``(n,)`` PITCH values; ``length``: ``(n,)`` durations in steps; ``velocity_bin``: ``(n,)``.
             steps_ahead: ``(n,)`` the AHEAD value of a note written ahead, -1 for the others; None: none.
             is_given: ``(n,)`` the rows of given notes (ahead or at their onset); None: none.
+            loudness: The velocity bins in force before the first row, of notes ahead and of the others
+                (None: a VELOCITY opens that stream).
 
         Returns:
             int64 ids ``(num_ids,)`` and the bool mask ``(num_ids,)`` of the given rows' ids, time shifts
@@ -350,8 +460,11 @@ class MidiDurationTokenizer(MidiTokenizer):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=bool)
         given = np.zeros(len(pitch), dtype=bool) if steps_ahead is None else steps_ahead >= 0  # rows with AHEAD
         needs_velocity = np.empty(len(pitch), dtype=bool)
-        for stream in (np.flatnonzero(given), np.flatnonzero(~given)):  # notes ahead, notes at onset: a loudness each
-            needs_velocity[stream] = np.r_[True, velocity_bin[stream][1:] != velocity_bin[stream][:-1]]
+        for stream, before in zip((np.flatnonzero(given), np.flatnonzero(~given)), loudness, strict=True):
+            # notes ahead, notes at onset: a loudness each, written where it changes
+            bins = velocity_bin[stream]
+            opens = before is None or (len(bins) > 0 and int(bins[0]) != before)
+            needs_velocity[stream] = np.r_[opens, bins[1:] != bins[:-1]][: len(bins)]
         max_shift = self.config.num_time_shifts
         num_full, remainder = np.divmod(np.diff(stop, prepend=0), max_shift)
         counts = num_full + (remainder > 0) + given + needs_velocity + 2
@@ -418,6 +531,7 @@ class MidiDurationTokenizer(MidiTokenizer):
                 "was the model built for another vocabulary?"
             )
         time, pitch, ahead = 0, None, None  # ahead: steps to a given note's onset (None: a written note)
+        before_gap = 0  # the time at the last GAP, which MIDDLE returns to
         velocity = {False: self.velocity_to_bin(64), True: self.velocity_to_bin(64)}  # written, given notes
         notes: list[tuple[int, int, int, int]] = []
         for token in ids.tolist():
@@ -430,6 +544,12 @@ class MidiDurationTokenizer(MidiTokenizer):
                 velocity[ahead is not None] = token - self.velocity_offset
             elif token < self.duration_offset:
                 pitch = token - self.pitch_offset
+            elif token >= self.infill_offset:
+                pitch, ahead = None, None
+                if token == self.infill_offset:  # GAP: shifts to the gap's end and the music after it follow
+                    before_gap = time
+                elif token == self.infill_offset + 2:  # MIDDLE: back to the gap's start, for its own notes
+                    time = before_gap
             elif token >= self.ahead_offset:
                 pitch, ahead = None, token - self.ahead_offset  # the next note is a given one, this far ahead
             elif token >= self.control_offset:

@@ -83,6 +83,10 @@ class MusicDataModule(pl.LightningDataModule):
         given_notes: Shares of the training windows that get given notes or lose parts, the fields of
             :class:`~multimodal.data.anticipation.GivenNotesDraw` (e.g. ``{given_share: 0.5}``); needs
             ``anticipation_seconds``. None: every window plain.
+        infill_after_seconds: ``vocabulary="duration"``: how much of the music after a gap is written
+            before the gap's notes (``GAP AFTER MIDDLE`` ids,
+            :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`; windows of
+            ``given_notes.infill_share``). 0: the vocabulary has no such ids.
         num_workers: DataLoader worker processes.
         seed: Training windows are a function of ``(seed, epoch, index)`` (each process of a
             distributed run its own, a resumed run the same as an uninterrupted one).
@@ -114,7 +118,8 @@ class MusicDataModule(pl.LightningDataModule):
         control_dropout: float = DEFAULT_DROPOUT,
         collection_shares: dict[str, float] | None = None,
         anticipation_seconds: float = 0.0,
-        given_notes: dict[str, float] | None = None,
+        given_notes: dict[str, float | list[float]] | None = None,
+        infill_after_seconds: float = 0.0,
     ) -> None:
         super().__init__()
         check_options({"seq_len": 1, "batch_size": 1, "epoch_length": 1, "limit": 1, "num_workers": 0,
@@ -144,7 +149,13 @@ class MusicDataModule(pl.LightningDataModule):
                              "and a look-ahead of 0 (none) or more seconds")  # fmt: skip
         if given_notes is not None and not anticipation_seconds:
             raise ValueError("given_notes needs anticipation_seconds > 0: how far ahead a given note is written")
+        if infill_after_seconds < 0 or (infill_after_seconds and vocabulary != "duration"):
+            raise ValueError(f"infill_after_seconds={infill_after_seconds}: infilling needs vocabulary: duration "
+                             "and 0 (none) or more seconds")  # fmt: skip
         self.given_notes = None if given_notes is None else GivenNotesDraw(**dict(given_notes))
+        if self.given_notes is not None and self.given_notes.infill_share and not infill_after_seconds:
+            raise ValueError("given_notes.infill_share needs infill_after_seconds > 0: how much of the music after "
+                             "a gap is written before it")  # fmt: skip
         self.save_hyperparameters()  # kept in checkpoints: `multimodal sample-stats` finds the held-out pieces
         self.midi_dir, self.limit, self.seq_len, self.batch_size = midi_dir, limit, seq_len, batch_size
         self.epoch_length, self.validation_percent, self.num_workers = epoch_length, validation_percent, num_workers
@@ -156,7 +167,8 @@ class MusicDataModule(pl.LightningDataModule):
         tokenizer_class, config_class = VOCABULARIES[vocabulary]
         extra = {"max_duration_steps": max_duration_steps, "num_parts": num_parts, "part_names": part_names or (),
                  "part_programs": part_programs or (), "controls": controls,
-                 "anticipation_steps": round(anticipation_seconds / time_step)} if vocabulary == "duration" else {}  # fmt: skip
+                 "anticipation_steps": round(anticipation_seconds / time_step),
+                 "infill_after_steps": round(infill_after_seconds / time_step)} if vocabulary == "duration" else {}  # fmt: skip
         self.tokenizer = tokenizer_class(config_class(time_step, num_time_shifts, num_velocity_bins, **extra))
         self.corpus: MidiCorpus | None = None
         self._totals: dict[str, dict[str, float]] = {}

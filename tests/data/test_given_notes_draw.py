@@ -28,7 +28,8 @@ def test_every_note_is_either_written_or_given_and_the_cases_come_in_their_share
     rng = np.random.default_rng(0)
     counts = {"plain": 0, "given": 0, "dropped": 0, "harmonize": 0}
     for _ in range(2000):
-        written, given = draw(notes, rng)
+        written, given, gap = draw(notes, rng)
+        assert gap is None  # no infill_share
         if len(written) < len(notes) and not len(given):  # parts left out, nothing given
             counts["dropped"] += 1
             kept = np.unique(written[:, 4])
@@ -58,7 +59,7 @@ def test_one_part_pieces_are_only_ever_infilled_or_plain():
     notes = np.column_stack([notes, np.zeros(len(notes))])[::4]  # one part
     rng = np.random.default_rng(1)
     for _ in range(200):
-        written, given = GivenNotesDraw(given_share=1.0, part_drop_share=0.0)(notes, rng)
+        written, given, _ = GivenNotesDraw(given_share=1.0, part_drop_share=0.0)(notes, rng)
         if len(given):  # the music from some time on is given, everything before it written
             assert written[:, 1].max() < given[:, 1].min()
 
@@ -68,6 +69,44 @@ def test_shares_are_checked():
         GivenNotesDraw(given_share=0.8, part_drop_share=0.3)
     with pytest.raises(ValueError, match="to_end"):
         GivenNotesDraw(to_end=1.5)
+    with pytest.raises(ValueError, match="infill_share = 1.1 must be at most 1"):
+        GivenNotesDraw(given_share=0.5, part_drop_share=0.1, infill_share=0.5)
+    with pytest.raises(ValueError, match="infill_seconds"):
+        GivenNotesDraw(infill_seconds=(2.0, 1.0))
+
+
+def test_gap_windows_write_the_music_after_the_gap_before_it():
+    """The gap case: its share, spans within infill_seconds, every note written or given, and its training
+    windows end with the gap's notes after ``GAP … AFTER … MIDDLE``, decoding to the piece up to the block's end."""
+    notes = four_parts()
+    draw = GivenNotesDraw(given_share=0.3, part_drop_share=0.1, infill_share=0.4, infill_seconds=(1.0, 3.0))
+    rng = np.random.default_rng(2)
+    gaps = 0
+    for _ in range(1000):
+        written, given, gap = draw(notes, rng)
+        if gap is None:
+            continue
+        gaps += 1
+        a, b = gap
+        assert 1.0 <= b - a <= 3.0 and as_set(written) | as_set(given) == as_set(notes)
+        assert (written[:, 1] < b).all() and (given[given[:, 1] < a].shape[0] == 0)  # before a: all written
+    assert abs(gaps / 1000 - 0.4) < 0.04
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, anticipation_steps=100,
+                                                                  infill_after_steps=200))  # fmt: skip
+    corpus = MidiCorpus(["bach/a"], [notes])
+    dataset = MidiWindowDataset(corpus, tokenizer, seq_len=2048, epoch_length=40, augmentation=None, seed=0,
+                                given_notes=GivenNotesDraw(given_share=0.0, part_drop_share=0.0, infill_share=1.0))  # fmt: skip
+    middle = tokenizer.infill_id("MIDDLE")
+    for index in range(len(dataset)):
+        ids = [token for token in dataset[index].tolist() if token != tokenizer.pad_id]
+        assert ids.count(middle) == 1 and tokenizer.eos_id not in ids
+        decoded = tokenizer.decode_notes(ids)
+        seen = decoded[:, 1].max()  # the piece up to the block's last onset, note for note
+        reference = tokenizer.decode_notes(tokenizer.encode_notes(notes))
+        np.testing.assert_array_equal(decoded, reference[reference[:, 1] <= seen])
+    with pytest.raises(ValueError, match="infill_after_steps"):
+        MidiWindowDataset(corpus, MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, anticipation_steps=10)),
+                          seq_len=8, given_notes=GivenNotesDraw(infill_share=0.2))  # fmt: skip
 
 
 def test_training_windows_write_given_notes_ahead_and_need_a_tokenizer_that_can():
