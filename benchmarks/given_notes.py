@@ -73,6 +73,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200, help="fine-tuning steps per seed")
     parser.add_argument("--span", type=float, default=4.0, help="infilling: seconds of the span")
     parser.add_argument("--min-seconds", type=float, default=12.0, help="infilling: shorter test pieces are left out")
+    parser.add_argument("--read-after", type=float, default=None,
+                        help="infilling with GAP AFTER MIDDLE ids: the music after the span is read this many seconds "
+                             "before its end (infill's read_after; default: at the span's start)")  # fmt: skip
     parser.add_argument("--root", type=Path, default=ROOT / "outputs" / f"given_notes_{ENCODING}_{shipped_base()[:8]}",
                         help="the runs' folder (one per encoding and shipped model: a run of another one is never "
                              "resumed)")  # fmt: skip
@@ -98,7 +101,7 @@ def main() -> None:
     base = "none" if args.tiny else shipped_base()
     same = [row for row in load(args.out)
             if row.get("steps") == args.steps and row.get("stage") == args.stage and row.get("set", []) == args.set
-            and row.get("encoding") == ENCODING and row.get("base") == base]
+            and row.get("encoding") == ENCODING and row.get("base") == base and row.get("read_after") == args.read_after]
     done = {row["seed"] for row in same if DECODER_FIELD in row}  # rows of older code are measured again
     trained = {row["seed"]: row["train_seconds"] for row in same}
     for seed in args.seeds:
@@ -109,6 +112,7 @@ def main() -> None:
         checkpoint = train(seed, args)  # a finished run stops at once
         seconds = trained.get(seed, round(time.perf_counter() - started, 1))
         result = {"seed": seed, "steps": args.steps, "set": args.set, "encoding": ENCODING, "base": base,
+                  "read_after": args.read_after,
                   "train_seconds": seconds,
                   **measure(checkpoint, args)}  # fmt: skip
         record(args.out, result, stage=args.stage)
@@ -181,6 +185,9 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
         start = round(0.4 * length / step) * step
         end = start + args.span
+        # where the decoder reads the music after the span (infill's read_after): the span's ids before it are
+        # written as a continuation, those after it as a gap
+        split = start if args.read_after is None else max(start, end - args.read_after)
         in_span = (notes[:, 1] >= start - step / 2) & (notes[:, 1] < end - step / 2)
         if not in_span.any():
             continue
@@ -188,7 +195,7 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         # the span's last `ahead` seconds, where the notes after it can be written ahead, and the time before
         late = round(max(end - ahead, start) / step) * step
         if tokenizer.config.infill_after_steps:  # prefix, suffix, middle (the span's notes after MIDDLE)
-            ids, is_given = tokenizer.encode_infilling(notes[before], notes[~before], start, end)
+            ids, is_given = tokenizer.encode_infilling(notes[before], notes[~before], split, end)
         else:
             ids, is_given = tokenizer.encode_anticipated(notes[before], notes[~before])
         scored = ~is_given & in_window(tokenizer, ids, start, end)
@@ -305,13 +312,14 @@ def soprano_rows(tokenizer, ids: np.ndarray) -> np.ndarray:
 
 def in_window(tokenizer, ids: np.ndarray, start: float, end: float) -> np.ndarray:
     """bool ``(len(ids),)``: the ids read while the music is in ``[start, end)`` seconds — the notes written
-    there and the time shifts that arrive there (a shift belongs to the time it reaches); in a sequence with a
-    ``GAP … AFTER … MIDDLE`` block, only the ids after ``MIDDLE`` (the gap's own)."""
+    there and the time shifts that arrive there (a shift belongs to the time it reaches), the ids of a
+    ``GAP … AFTER … MIDDLE`` block excepted."""
     step = tokenizer.config.time_step
     now = tokenizer.clock(ids)
     inside = (now >= round(start / step)) & (now < round(end / step))
-    if getattr(tokenizer.config, "infill_after_steps", 0) and (ids == tokenizer.infill_id("MIDDLE")).any():
-        inside[: np.flatnonzero(ids == tokenizer.infill_id("MIDDLE"))[-1] + 1] = False
+    if getattr(tokenizer.config, "infill_after_steps", 0):
+        gap, middle = (ids == tokenizer.infill_id(name) for name in ("GAP", "MIDDLE"))
+        inside &= ~((np.cumsum(gap) > np.cumsum(middle)) | middle)
     return inside
 
 
@@ -321,7 +329,9 @@ def table(rows: list[dict]) -> str:
     rows = [row for row in rows if "harmonization_given_nats_per_note" in row]
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        key = (row.get("encoding", "v1"), row.get("stage", "report"), row["steps"], " ".join(row.get("set", [])),
+        key = (row.get("encoding", "v1"), row.get("stage", "report"), row["steps"],
+               " ".join(row.get("set", [])) + (f" (the music after a gap read {row['read_after']:g} s before its end)"
+                                                if row.get("read_after") is not None else ""),
                DECODER_FIELD in row, row.get("base", ""))  # fmt: skip
         groups.setdefault(key, []).append(row)
     return "\n\n".join(f"{encoding} ({ENCODINGS[encoding]}), {stage}, {steps} steps{', ' + extra if extra else ''}"

@@ -151,3 +151,54 @@ def given_positions(tokenizer, ids, head: int) -> np.ndarray:
             if event.kind == "PITCH" and kinds[index - 1].kind == "VELOCITY" and not is_given[index - 1]:
                 is_given[index - 1] = True  # the melody's loudness, fed with it
     return is_given
+
+
+@pytest.mark.parametrize("read_after", [None, 1.5])
+def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_the_span(monkeypatch, read_after):
+    """A vocabulary with ``GAP AFTER MIDDLE``: ``infill`` reads the music before the span and the block (at the
+    span's start, or 1.5 s before its end after writing the rest as a continuation), then samples the rest of
+    the span with time stopped at its end; ``decoder_token_nll(..., stop_at=end)`` gives each id it sampled the
+    probability it was sampled with (the clock rewound at ``MIDDLE``, the block read, not fed)."""
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100,
+                                                                  infill_after_steps=200))  # fmt: skip
+    rng = np.random.default_rng(2)
+    model = tiny_model(tokenizer, seed=2)
+    melody = soprano(rng, num_notes=16)
+    piece = np.r_[melody, lower_parts(rng, melody)]
+    start, end = 3.0, 6.0
+    # no note sounds into the span: the decoder's ban on striking a sounding kept pitch is not modelled
+    piece[:, 2] = np.where(piece[:, 1] < start, np.minimum(piece[:, 2], start), piece[:, 2])
+    drawn = []
+    real_sample_next = harmonize_module.sample_next
+
+    def recording_sample_next(scores, sampling, generator=None):
+        token = real_sample_next(scores, sampling, generator=generator)
+        drawn.append(float(-torch.log_softmax(scores[0].double(), -1)[int(token[0])]))
+        return token
+
+    monkeypatch.setattr(harmonize_module, "sample_next", recording_sample_next)
+    ids = harmonize_module.infill(model, tokenizer, piece, start, end, generator=torch.Generator().manual_seed(0),
+                                  max_new_tokens=400, read_after=read_after)  # fmt: skip
+    ids = np.asarray(ids)
+    gap, middle = (int(np.flatnonzero(ids == tokenizer.infill_id(name))[0]) for name in ("GAP", "MIDDLE"))
+    clock = tokenizer.clock(ids)
+    first, last = round(start / 0.01), round(end / 0.01)
+    sampled = np.zeros(len(ids), dtype=bool)  # every id read while time is inside the span, the block's excepted
+    sampled[1:] = (clock[:-1] >= first) & (clock[:-1] < last)
+    sampled[gap : middle + 1] = False
+    if read_after is not None:  # the block came 1.5 s before the end, in place of a shift the model drew
+        assert clock[gap - 1] < last - 150 <= clock[gap - 1] + 100 and sampled[:gap].sum() > 5
+        dropped = int(sampled[:gap].sum())
+        drawn.pop(dropped)
+    assert sampled.sum() == len(drawn) > 20
+    got = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end, stop_at=end)
+    np.testing.assert_allclose(got[np.flatnonzero(sampled) - 1], drawn, rtol=1e-4, atol=1e-5)
+    # the span's notes end by its end, and the music after it comes back exactly
+    notes = tokenizer.decode_notes(ids)
+    inside = (notes[:, 1] >= start - 1e-9) & (notes[:, 1] < end - 1e-9)
+    assert (notes[inside, 2] <= end + 1e-9).all()
+    expected = tokenizer.decode_notes(tokenizer.encode_notes_array(piece))
+    keep = lambda rows: rows[(rows[:, 1] < start - 1e-9) | (rows[:, 1] >= end - 1e-9)]  # noqa: E731
+    np.testing.assert_allclose(keep(notes), keep(expected))
+    without_stop = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end)
+    assert (np.abs(without_stop[np.flatnonzero(sampled) - 1] - drawn) > 1e-4).any()  # the stop mattered on this path

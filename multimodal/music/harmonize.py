@@ -115,6 +115,7 @@ def infill(
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
+    read_after: float | None = None,
     **options: Any,
 ) -> list[int]:
     """Rewrites the notes of ``parts`` that start in ``[start, end)`` seconds; everything else stays.
@@ -123,6 +124,9 @@ def infill(
         notes: The piece, ``(n, 5)`` with parts (or ``(n, 4)``: all in part 0).
         start, end: The span to fill, in seconds.
         parts: The parts to rewrite there (default: all); the others' notes in the span are kept.
+        read_after: With infilling ids: the music after the span is read this many seconds before the span's
+            end — the span's first part is written as a continuation, its last ``read_after`` seconds as a gap
+            (None: at the span's start).
         Others: as :func:`harmonize`.
 
     Notes starting before the span keep their length (they may sound into it); new notes end by
@@ -144,18 +148,13 @@ def infill(
     if not allowed or not all(0 <= part < num_parts for part in allowed):
         raise ValueError(f"parts {allowed}: this model has parts 0..{num_parts - 1}")
     rewritten = np.isin(notes[:, 4], allowed) & (notes[:, 1] >= start) & (notes[:, 1] < end)
-    given, prompt = notes[~rewritten], None
-    if getattr(tokenizer.config, "infill_after_steps", 0):  # prefix, the music after the span, then the span
-        onset = np.rint(given[:, 1] / tokenizer.config.time_step)
-        first, last = round(start / tokenizer.config.time_step), round(end / tokenizer.config.time_step)
-        before, after = onset < first, onset >= last
-        block = tokenizer.encode_infilling(given[before], given[after], start, end)[0].tolist()
-        prompt = (block[: block.index(tokenizer.infill_id("MIDDLE")) + 1], given[before])
-        # fed as the window's given notes: the other parts' notes in the span and the music the block left out
-        given = given[~before & ~(after & (onset < last + tokenizer.config.infill_after_steps))]
+    given, block = notes[~rewritten], None
+    if getattr(tokenizer.config, "infill_after_steps", 0):  # the music after the span read before (part of) it
+        split = start if read_after is None else min(max(start, end - read_after), end)
+        block = (split, given[np.rint(given[:, 1] / tokenizer.config.time_step) >= round(end / tokenizer.config.time_step)])
     return constrained_decode(model, tokenizer, given, allowed, (start, end), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, prompt=prompt, **options)  # fmt: skip
+                              avoid_parallels=avoid_parallels, block=block, **options)  # fmt: skip
 
 
 def constrained_decode(
@@ -170,7 +169,7 @@ def constrained_decode(
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
-    prompt: tuple[list[int], np.ndarray] | None = None,
+    block: tuple[float, np.ndarray] | None = None,
     **options: Any,
 ) -> list[int]:
     """Samples notes of ``parts`` inside ``window`` (seconds) around ``given`` notes written exactly.
@@ -182,24 +181,30 @@ def constrained_decode(
     time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (given notes
     not reached by then are appended, alone). ``avoid_parallels``: one note at a time in each of ``parts``, and
     no new pitch that makes parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
-    ``prompt``: ids read after BOS and the controls, and the notes they hold — :func:`infill`'s music before
-    the span and ``GAP … AFTER … MIDDLE`` block; decoding goes on from the time they end at, writes ahead only
-    the given notes inside the window, and stops every shift at the window's end. Returns the ids, from BOS.
+    ``block``: ``(split seconds, the given notes from the window's end on)`` with infilling ids — before time
+    reaches ``split`` (a shift the model samples past it is dropped), the decoder reads ``GAP … AFTER … MIDDLE``
+    (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.infill_block`) and goes on from the
+    last onset before it, as :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`
+    writes a gap ``[split, end)``: only the given notes in ``[split, end)`` come ahead, the block's notes are
+    not fed again, and after it time stops at the window's end. Returns the ids, from BOS.
     """
     sampling = SamplingConfig.of(sampling, **options)
     step = tokenizer.config.time_step
     first, last = round(window[0] / step), round(window[1] / step)
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
+    split = None if block is None else round(block[0] / step)  # where the block is read (None: no block)
+    if block is not None and len(given):  # the block writes the music of its seconds after the window: not fed again
+        onset = np.rint(given[:, 1] / step)
+        given = given[(onset < last) | (onset >= last + tokenizer.config.infill_after_steps)]
     groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
     # with AHEAD ids the given notes from the window on are also written ahead (the music before it sounds);
-    # after a prompt's block (the music after the window written already) only those inside the window
-    announced = given[(given[:, 1] >= window[0]) & ((given[:, 1] < window[1]) if prompt else True)] if len(given) else given
+    # with a block, only those between its split and the window's end, after it
+    announced = given[given[:, 1] >= window[0]] if block is None else given[(given[:, 1] >= block[0]) & (given[:, 1] < window[1])]
     announcer = AheadAnnouncer(tokenizer, announced) if anticipating and len(announced) else None
     banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
     # given notes of the parts the model writes (a note sounding into an infill span): the model may not
     # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
-    kept = np.concatenate([given, prompt[1]]) if prompt is not None and len(prompt[1]) else given
-    kept = kept[np.isin(kept[:, 4], parts)] if len(kept) else kept
+    kept = given[np.isin(given[:, 4], parts)] if len(given) else given
     kept = tokenizer.decode_notes(tokenizer.encode_notes(kept)) if len(kept) else np.empty((0, 5))  # as they sound
     part_of = kept[:, 4] if kept.shape[1] == 5 else np.zeros(len(kept))
     sounding = [(tokenizer.pitch_offset + int(q) * NUM_PITCHES + int(p), round(on / step), round(off / step))
@@ -214,10 +219,12 @@ def constrained_decode(
     unconditional = unconditional_prompt(tokenizer, head, sampling)
     if unconditional is not None:  # classifier-free guidance: every call below runs both prompts
         model = GuidedModel(model, unconditional, sampling.guidance_scale)
-    read = list(prompt[0]) if prompt is not None else []
-    ids, next_group, sampled, note_ahead = head + read, 0, 0, 0
-    time = int(tokenizer.clock(read)[-1]) if read else 0
-    queue = announcer.due(time) if announcer is not None else []
+    ids, time, next_group, sampled, note_ahead = list(head), 0, 0, 0, 0
+    queue = announcer.due(time) if announcer is not None and block is None else []
+    block_read, in_block, before_gap, loudness = block is None, False, 0, None  # the block; the time GAP found
+
+    def read_block() -> list[int]:  # GAP … AFTER … MIDDLE from here, in place of a shift that would reach the split
+        return tokenizer.infill_block(block[1], time, window[1], loudness)[0].tolist()
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
     device = next(model.parameters()).device
@@ -230,17 +237,21 @@ def constrained_decode(
             while sampled < max_new_tokens:
                 after_pitch = pending or tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset
                 next_onset = groups[next_group][0] if next_group < len(groups) else None
-                if prompt is not None and time < last:  # the music after the window is written: time stops at its end
-                    next_onset = last if next_onset is None else min(next_onset, last)
+                if block is not None and time < last and not in_block:  # time stops at the split, after the block at the end
+                    stop = last if block_read else split
+                    next_onset = stop if next_onset is None else min(next_onset, stop)
                 if not queue and not after_pitch:
-                    if next_onset == time:
+                    if not block_read and not in_block and time >= split:
+                        queue = read_block()  # a span from the piece's start
+                    elif next_onset == time:
                         queue = list(groups[next_group][1])  # the given notes of this onset, as the model writes them
                         next_group += 1
                     elif not first <= time < last:  # outside the window: straight on to what comes next
                         ahead = [t for t in (next_onset, first if time < first else None) if t is not None]
                         if not ahead:
                             break  # past the window and every given note
-                        queue = _shift_ids(tokenizer, min(ahead) - time)
+                        reaches_split = not block_read and not in_block and min(ahead) >= split
+                        queue = read_block() if reaches_split else _shift_ids(tokenizer, min(ahead) - time)
                 if queue:
                     token, own = queue.pop(0), False
                 else:
@@ -263,17 +274,31 @@ def constrained_decode(
                     if token == tokenizer.eos_id:
                         ids.append(token)
                         break
+                    is_shift = tokenizer.time_shift_offset <= token < tokenizer.velocity_offset
+                    if is_shift and not block_read and time + token - tokenizer.time_shift_offset + 1 >= split:
+                        queue = read_block()  # the shift is dropped: the gap's notes come after the block
+                        continue
                 if tokenizer.pitch_offset <= token < tokenizer.duration_offset:
                     pending = own
                 elif not tokenizer.velocity_offset <= token < tokenizer.pitch_offset:
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1
-                    if announcer is not None:  # time arrived: the given notes now due ahead come first
+                    if announcer is not None and not in_block:  # time arrived: the given notes now due ahead come first
                         queue = announcer.due(time) + queue
-                if anticipating and token >= tokenizer.ahead_offset:
+                elif block is not None and token >= tokenizer.infill_offset:
+                    if token == tokenizer.infill_id("GAP"):
+                        in_block, before_gap = True, time
+                    elif token == tokenizer.infill_id("MIDDLE"):
+                        in_block, block_read, time = False, True, before_gap
+                        if announcer is not None:  # the gap's given notes ahead, from where time went back to
+                            queue = announcer.due(time) + queue
+                elif tokenizer.velocity_offset <= token < tokenizer.pitch_offset and not (
+                        anticipating and tokenizer.ahead_offset <= ids[-1] < tokenizer.infill_offset):  # fmt: skip
+                    loudness = token - tokenizer.velocity_offset  # the written notes' loudness (not a note ahead's)
+                if anticipating and tokenizer.ahead_offset <= token < tokenizer.infill_offset:
                     note_ahead = token - tokenizer.ahead_offset  # a given note, this many steps ahead
-                if parallels is not None:
+                if parallels is not None and not in_block and token < tokenizer.infill_offset:
                     parallels.add(token, time + note_ahead)
                 if tokenizer.duration_offset <= token < tokenizer.control_offset:
                     note_ahead = 0
@@ -379,10 +404,11 @@ def decoder_token_nll(
     and no shift passes the next given note (with AHEAD ids, the shift that reaches it takes the
     probability of the longer ones: :func:`stop_shifts_at`). ``window_end`` (seconds): while a note the
     model started waits for its length, lengths that pass it are never written (None: not applied — a real
-    note that passes it would score ``inf``). ``stop_at`` (seconds): after the last ``MIDDLE`` (or from the start,
-    without one), time stops there as at a given note, and EOS is never written before it — :func:`infill`'s
-    decoder after a ``GAP … AFTER … MIDDLE`` block, and, with the music after a span fed, without one. The
-    block's ids are read, not decoded: they count as given, never as a given note at its onset. The NLL
+    note that passes it would score ``inf``). ``stop_at`` (seconds): outside a ``GAP … AFTER … MIDDLE``
+    block, time stops there as at a given note and EOS is never written before it — :func:`infill`'s decoder,
+    which feeds the music after the span (before the block it stops time where it reads the block: the same
+    probability for every id arriving earlier). The block's ids are read, not decoded: they count as given,
+    never as a given note at its onset. The NLL
     of a given id is not meaningful (it may be ``inf``).
     Windows as :func:`~multimodal.music.scoring.token_nll`. Not modelled: no note outside the window, the
     pitches of given notes of the written parts while they sound, and ``avoid_parallels``.
@@ -395,17 +421,17 @@ def decoder_token_nll(
     row_ahead = np.maximum.accumulate(np.where(is_ahead, np.arange(len(ids)), -1))  # the last AHEAD at or before
     is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset)
     at_onset = is_given & is_pitch & ~((row_ahead >= 0) & (np.arange(len(ids)) - row_ahead <= 2))  # fed at its onset
-    from_here = np.ones(len(ids), dtype=bool)  # the ids after which decoding goes on (the last MIDDLE on)
+    decoding = np.ones(len(ids), dtype=bool)  # the ids after which the decoder chooses (not inside a block)
     if getattr(tokenizer.config, "infill_after_steps", 0):
         gap, middle = (ids == tokenizer.infill_id(name) for name in ("GAP", "MIDDLE"))
-        at_onset &= ~((np.cumsum(gap) > np.cumsum(middle)) | middle)  # the block's notes are read, not fed
-        if middle.any():
-            from_here[: np.flatnonzero(middle)[-1]] = False
+        inside = np.cumsum(gap) > np.cumsum(middle)  # GAP up to (not with) its MIDDLE
+        at_onset &= ~(inside | middle)  # the block's notes are read, not fed
+        decoding &= ~inside
     never = np.iinfo(np.int64).max
     next_given = np.minimum.accumulate(np.where(at_onset, time, never)[::-1])[::-1][1:]  # predicting ids[1:]
     if stop_at is not None:  # time stops at the window's end as at a given note
         last = round(stop_at / tokenizer.config.time_step)
-        next_given = np.where(from_here[:-1] & (time[:-1] < last), np.minimum(next_given, last), next_given)
+        next_given = np.where(decoding[:-1] & (time[:-1] < last), np.minimum(next_given, last), next_given)
     remain = torch.as_tensor(next_given < never)  # predicting ids[1:]: a given note still comes
     steps = torch.as_tensor(np.where(remain.numpy(), next_given - time[:-1], np.iinfo(np.int32).max))
     banned = banned_ids(tokenizer, parts)

@@ -329,7 +329,6 @@ class MidiDurationTokenizer(MidiTokenizer):
         Raises:
             ValueError: No infilling ids (``infill_after_steps`` = 0), or ``end`` not after ``start``.
         """
-        gap, after_id, middle = (self.infill_id(name) for name in INFILL_EVENTS)
         first, last = round(start / self.config.time_step), round(end / self.config.time_step)
         if not first < last:
             raise ValueError(f"the gap {start:g} s to {end:g} s is empty on the {self.config.time_step:g} s grid")
@@ -337,15 +336,10 @@ class MidiDurationTokenizer(MidiTokenizer):
         before = tuple(np.r_[w[written[1] < first], t[told[1] < first]] for w, t in zip(written, told, strict=True))
         order = np.lexsort((before[0], before[1]))
         before = tuple(column[order] for column in before)
-        after = tuple(column[(told[1] >= last) & (told[1] < last + self.config.infill_after_steps)] for column in told)
-        order = np.lexsort((after[0], after[1]))
-        after = tuple(column[order] for column in after)
         in_gap = lambda columns: tuple(c[(columns[1] >= first) & (columns[1] < last)] for c in columns)  # noqa: E731
         now = int(before[1][-1]) if len(before[0]) else 0  # the time GAP finds and MIDDLE returns to
         prefix, _ = self._write_rows(before[1], before[0], before[2] - before[1], before[3])
-        loudness = int(before[3][-1]) if len(before[0]) else None
-        suffix, _ = self._write_rows(after[1] - last, after[0], after[2] - after[1], after[3], loudness=(None, loudness))
-        loudness = int(after[3][-1]) if len(after[0]) else loudness
+        block, loudness = self.infill_block(given, now, end, int(before[3][-1]) if len(before[0]) else None)
         gap_written, gap_given = in_gap(written), in_gap(told)
         if self.config.anticipation_steps:
             rows = self._anticipated_rows(gap_written, gap_given, origin=now)
@@ -356,12 +350,34 @@ class MidiDurationTokenizer(MidiTokenizer):
             rows = (columns[1][order] - now, columns[0][order], (columns[2] - columns[1])[order], columns[3][order],
                     None, is_given)  # fmt: skip
         body, body_given = self._write_rows(*rows, loudness=(None, loudness))
-        ids = np.r_[prefix, gap, self._shifts(last - now), after_id, suffix, middle, body].astype(np.int64)
-        block = len(prefix) + np.arange(len(ids) - len(prefix) - len(body))
+        ids = np.r_[prefix, block, body].astype(np.int64)
         mask = np.zeros(len(ids), dtype=bool)
-        mask[block] = True
+        mask[len(prefix) : len(prefix) + len(block)] = True
         mask[len(ids) - len(body) :] = body_given
         return ids, mask
+
+    def infill_block(self, after: np.ndarray, now: int, end: float, loudness: int | None = None
+                     ) -> tuple[np.ndarray, int | None]:  # fmt: skip
+        """The block :meth:`encode_infilling` writes before a gap's notes, ``GAP [shifts from now to end] AFTER
+        [the notes of after starting in [end, end + infill_after_steps)] MIDDLE``, int64 ``(k,)``, and the
+        velocity bin in force after it.
+
+        Args:
+            after: ``(m, 4 or 5)`` notes; those starting in the block's seconds are written.
+            now: The step where time is when ``GAP`` comes (the last onset before the gap).
+            end: The gap's end, in seconds.
+            loudness: The velocity bin in force before the block (None: unknown, a VELOCITY is written).
+        """
+        last = round(end / self.config.time_step)
+        told = self._grid_notes(after)
+        chosen = (told[1] >= last) & (told[1] < last + self.config.infill_after_steps)
+        pitch, onset, offset, velocity_bin = (column[chosen] for column in told)
+        order = np.lexsort((pitch, onset))
+        suffix, _ = self._write_rows(onset[order] - last, pitch[order], (offset - onset)[order], velocity_bin[order],
+                                     loudness=(None, loudness))  # fmt: skip
+        gap, after_id, middle = (self.infill_id(name) for name in INFILL_EVENTS)
+        ids = np.r_[gap, self._shifts(last - now), after_id, suffix, middle].astype(np.int64)
+        return ids, int(velocity_bin[order][-1]) if len(pitch) else loudness
 
     def clock(self, ids: Any) -> np.ndarray:
         """The time, in steps, after each of ``ids`` as :meth:`decode_notes` reads them, int64 ``(len(ids),)``:

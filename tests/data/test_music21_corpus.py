@@ -111,3 +111,18 @@ def test_data_module_with_parts_keeps_each_voice_in_the_tokens(corpus):
     parts = {data.tokenizer.token_to_event(t).value // 128 for t in tokens if data.tokenizer.token_to_event(t).kind == "PITCH"}
     assert parts == set(range(len(piece.meta["parts"]))) == set(range(5))
     assert next(iter(data.train_dataloader())).max() >= data.tokenizer.pitch_offset + 128  # a lower voice sampled
+
+
+def test_data_module_infill_options_reach_the_vocabulary_and_are_checked():
+    from tasks.datamodules.music import MusicDataModule
+
+    data = MusicDataModule(collections=["monteverdi"], vocabulary="duration", num_parts=4, time_step=0.05,
+                           anticipation_seconds=1.0, infill_after_seconds=4.0,
+                           given_notes={"given_share": 0.5, "infill_share": 0.3, "infill_seconds": [1.0, 2.0]})  # fmt: skip
+    assert data.tokenizer.config.infill_after_steps == 80 and data.given_notes.infill_seconds == (1.0, 2.0)
+    assert data.tokenizer.vocab_size == data.tokenizer.infill_offset + 3  # GAP AFTER MIDDLE after AHEAD_0..20
+    with pytest.raises(ValueError, match="infill_share needs infill_after_seconds"):
+        MusicDataModule(collections=["monteverdi"], vocabulary="duration", anticipation_seconds=1.0,
+                        given_notes={"infill_share": 0.3})  # fmt: skip
+    with pytest.raises(ValueError, match="infill_after_seconds=2.0: infilling needs vocabulary: duration"):
+        MusicDataModule(infill_after_seconds=2.0)
