@@ -75,7 +75,8 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=12.0, help="infilling: shorter test pieces are left out")
     parser.add_argument("--read-after", type=float, default=None,
                         help="infilling with GAP AFTER MIDDLE ids: the music after the span is read this many seconds "
-                             "before its end (infill's read_after; default: at the span's start)")  # fmt: skip
+                             "before its end (infill's read_after; default: at the span's start; more than --span: "
+                             "the music before the span from there on is read again after it)")  # fmt: skip
     parser.add_argument("--root", type=Path, default=ROOT / "outputs" / f"given_notes_{ENCODING}_{shipped_base()[:8]}",
                         help="the runs' folder (one per encoding and shipped model: a run of another one is never "
                              "resumed)")  # fmt: skip
@@ -187,7 +188,7 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         end = start + args.span
         # where the decoder reads the music after the span (infill's read_after): the span's ids before it are
         # written as a continuation, those after it as a gap
-        split = start if args.read_after is None else max(start, end - args.read_after)
+        split = start if args.read_after is None else max(end - args.read_after, 0.0)
         in_span = (notes[:, 1] >= start - step / 2) & (notes[:, 1] < end - step / 2)
         if not in_span.any():
             continue
@@ -195,7 +196,8 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         # the span's last `ahead` seconds, where the notes after it can be written ahead, and the time before
         late = round(max(end - ahead, start) / step) * step
         if tokenizer.config.infill_after_steps:  # prefix, suffix, middle (the span's notes after MIDDLE)
-            ids, is_given = tokenizer.encode_infilling(notes[before], notes[~before], split, end)
+            again = (notes[:, 1] >= split - step / 2) & (notes[:, 1] < start - step / 2)  # read after the block, given
+            ids, is_given = tokenizer.encode_infilling(notes[before & ~again], notes[~before | again], split, end)
         else:
             ids, is_given = tokenizer.encode_anticipated(notes[before], notes[~before])
         scored = ~is_given & in_window(tokenizer, ids, start, end)

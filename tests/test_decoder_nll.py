@@ -153,11 +153,12 @@ def given_positions(tokenizer, ids, head: int) -> np.ndarray:
     return is_given
 
 
-@pytest.mark.parametrize("read_after", [None, 1.5])
+@pytest.mark.parametrize("read_after", [None, 1.5, 5.0])
 def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_the_span(monkeypatch, read_after):
     """A vocabulary with ``GAP AFTER MIDDLE``: ``infill`` reads the music before the span and the block (at the
-    span's start, or 1.5 s before its end after writing the rest as a continuation), then samples the rest of
-    the span with time stopped at its end; ``decoder_token_nll(..., stop_at=end)`` gives each id it sampled the
+    span's start; 1.5 s before its end, after writing the rest as a continuation; or 2 s before the span, the
+    music from there to the span read again after it), then samples the rest of the span with time stopped at
+    its end; ``decoder_token_nll(..., stop_at=end)`` gives each id it sampled the
     probability it was sampled with (the clock rewound at ``MIDDLE``, the block read, not fed)."""
     tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100,
                                                                   infill_after_steps=200))  # fmt: skip
@@ -186,10 +187,15 @@ def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_t
     sampled = np.zeros(len(ids), dtype=bool)  # every id read while time is inside the span, the block's excepted
     sampled[1:] = (clock[:-1] >= first) & (clock[:-1] < last)
     sampled[gap : middle + 1] = False
-    if read_after is not None:  # the block came 1.5 s before the end, in place of a shift the model drew
+    if read_after == 1.5:  # the block came 1.5 s before the end, in place of a shift the model drew
         assert clock[gap - 1] < last - 150 <= clock[gap - 1] + 100 and sampled[:gap].sum() > 5
         dropped = int(sampled[:gap].sum())
         drawn.pop(dropped)
+    if read_after == 5.0:  # read before the span: the notes from 1 s to its start come again after the block
+        again = tokenizer.decode_notes(np.r_[ids[:1], tokenizer._shifts(int(clock[middle])), ids[middle + 1 :]])
+        expected = tokenizer.decode_notes(tokenizer.encode_notes_array(piece))
+        window = lambda rows: rows[(rows[:, 1] >= 1.0 - 1e-9) & (rows[:, 1] < start - 1e-9)]  # noqa: E731
+        np.testing.assert_allclose(window(again), window(expected))
     assert sampled.sum() == len(drawn) > 20
     got = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end, stop_at=end)
     np.testing.assert_allclose(got[np.flatnonzero(sampled) - 1], drawn, rtol=1e-4, atol=1e-5)

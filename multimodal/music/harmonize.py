@@ -125,8 +125,9 @@ def infill(
         start, end: The span to fill, in seconds.
         parts: The parts to rewrite there (default: all); the others' notes in the span are kept.
         read_after: With infilling ids: the music after the span is read this many seconds before the span's
-            end — the span's first part is written as a continuation, its last ``read_after`` seconds as a gap
-            (None: at the span's start).
+            end (None: at the span's start). Shorter than the span: its first part is written as a
+            continuation, the rest as a gap; longer: the music before the span from there on is read again
+            after the block (given, as other parts' notes in a gap), so the model finds its place before it writes.
         Others: as :func:`harmonize`.
 
     Notes starting before the span keep their length (they may sound into it); new notes end by
@@ -150,7 +151,7 @@ def infill(
     rewritten = np.isin(notes[:, 4], allowed) & (notes[:, 1] >= start) & (notes[:, 1] < end)
     given, block = notes[~rewritten], None
     if getattr(tokenizer.config, "infill_after_steps", 0):  # the music after the span read before (part of) it
-        split = start if read_after is None else min(max(start, end - read_after), end)
+        split = start if read_after is None else min(max(end - read_after, 0.0), end)
         block = (split, given[np.rint(given[:, 1] / tokenizer.config.time_step) >= round(end / tokenizer.config.time_step)])
     return constrained_decode(model, tokenizer, given, allowed, (start, end), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
