@@ -17,6 +17,9 @@ learns every case the toolkit asks of it (Thickstun et al. 2023 train one model 
   the notes of ``C`` in the span are written *after* the music that follows the span
   (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`: prefix, suffix,
   middle), the other parts' notes in the span given ahead — infilling that knows the bars after the gap.
+  With ``infill_reread``, every note of the span's first ``r`` seconds is given too (``r`` uniform in
+  that range): the music before the gap read again after the block, as :func:`~multimodal.music.harmonize.infill`
+  does with ``read_after`` longer than the span.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class GivenNotesDraw:
         infill_share: Share of windows that fill a gap knowing the music after it (the *gap* case;
             the tokenizer needs ``infill_after_steps``).
         infill_seconds: The shortest and longest gap of the *gap* case, in seconds.
+        infill_reread: The shortest and longest time, in seconds, at the start of a gap whose notes are all
+            given (read again after the block); ``(0, 0)``: none.
     """
 
     given_share: float = 0.5
@@ -51,6 +56,7 @@ class GivenNotesDraw:
     all_parts: float = 0.3
     infill_share: float = 0.0
     infill_seconds: tuple[float, float] = (1.0, 8.0)
+    infill_reread: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
         for name in ("given_share", "part_drop_share", "from_start", "to_end", "all_parts", "infill_share"):
@@ -63,6 +69,9 @@ class GivenNotesDraw:
         object.__setattr__(self, "infill_seconds", tuple(float(value) for value in self.infill_seconds))
         if len(self.infill_seconds) != 2 or not 0 < self.infill_seconds[0] <= self.infill_seconds[1]:
             raise ValueError(f"infill_seconds={list(self.infill_seconds)}: give [shortest, longest] > 0 seconds")
+        object.__setattr__(self, "infill_reread", tuple(float(value) for value in self.infill_reread))
+        if len(self.infill_reread) != 2 or not 0 <= self.infill_reread[0] <= self.infill_reread[1]:
+            raise ValueError(f"infill_reread={list(self.infill_reread)}: give [shortest, longest] >= 0 seconds")
 
     def __call__(self, notes: np.ndarray, rng: np.random.Generator
                  ) -> tuple[np.ndarray, np.ndarray, tuple[float, float] | None]:  # fmt: skip
@@ -90,15 +99,17 @@ class GivenNotesDraw:
             return notes, nothing, None
         end = float(notes[:, 1].max())
         gap = case >= self.part_drop_share + self.given_share
+        reread = 0.0  # seconds at the gap's start whose notes are all given
         if gap:
             a = float(rng.uniform(0.0, end))
-            b = a + float(rng.uniform(*self.infill_seconds))
+            reread = float(rng.uniform(*self.infill_reread))
+            b = a + reread + float(rng.uniform(*self.infill_seconds))
         else:
             a = 0.0 if rng.random() < self.from_start else float(rng.uniform(0.0, end))
             b = np.inf if rng.random() < self.to_end else float(rng.uniform(a, end))
         written_parts = parts if rng.random() < self.all_parts else _random_subset(parts, rng, proper=False)
         in_parts = np.isin(notes[:, 4], written_parts) if notes.shape[1] > 4 else np.ones(len(notes), dtype=bool)
-        written = (notes[:, 1] < a) | (in_parts & (notes[:, 1] < b))
+        written = (notes[:, 1] < a) | (in_parts & (notes[:, 1] >= a + reread) & (notes[:, 1] < b))
         return notes[written], notes[~written], (a, b) if gap else None
 
 

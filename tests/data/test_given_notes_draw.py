@@ -79,7 +79,8 @@ def test_gap_windows_write_the_music_after_the_gap_before_it():
     """The gap case: its share, spans within infill_seconds, every note written or given, and its training
     windows end with the gap's notes after ``GAP … AFTER … MIDDLE``, decoding to the piece up to the block's end."""
     notes = four_parts()
-    draw = GivenNotesDraw(given_share=0.3, part_drop_share=0.1, infill_share=0.4, infill_seconds=(1.0, 3.0))
+    draw = GivenNotesDraw(given_share=0.3, part_drop_share=0.1, infill_share=0.4, infill_seconds=(1.0, 3.0),
+                          infill_reread=(0.5, 1.0))  # fmt: skip
     rng = np.random.default_rng(2)
     gaps = 0
     for _ in range(1000):
@@ -88,8 +89,9 @@ def test_gap_windows_write_the_music_after_the_gap_before_it():
             continue
         gaps += 1
         a, b = gap
-        assert 1.0 <= b - a <= 3.0 and as_set(written) | as_set(given) == as_set(notes)
+        assert 1.5 <= b - a <= 4.0 and as_set(written) | as_set(given) == as_set(notes)
         assert (written[:, 1] < b).all() and (given[given[:, 1] < a].shape[0] == 0)  # before a: all written
+        assert not ((written[:, 1] >= a) & (written[:, 1] < a + 0.5)).any()  # the first 0.5-1 s: all given
     assert abs(gaps / 1000 - 0.4) < 0.04
     tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, anticipation_steps=100,
                                                                   infill_after_steps=200))  # fmt: skip
