@@ -153,12 +153,12 @@ def given_positions(tokenizer, ids, head: int) -> np.ndarray:
     return is_given
 
 
-@pytest.mark.parametrize("read_after", [None, 1.5, 5.0])
+@pytest.mark.parametrize("read_after", [3.0, 1.5, 5.0, None])
 def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_the_span(monkeypatch, read_after):
     """A vocabulary with ``GAP AFTER MIDDLE``: ``infill`` reads the music before the span and the block (at the
-    span's start; 1.5 s before its end, after writing the rest as a continuation; or 2 s before the span, the
-    music from there to the span read again after it), then samples the rest of the span with time stopped at
-    its end; ``decoder_token_nll(..., stop_at=end)`` gives each id it sampled the
+    span's start; 1.5 s before its end, after writing the rest as a continuation; 2 s before the span, the
+    music from there to the span read again after it; by default 1 s before it), then samples the rest of the
+    span with time stopped at its end; ``decoder_token_nll(..., stop_at=end)`` gives each id it sampled the
     probability it was sampled with (the clock rewound at ``MIDDLE``, the block read, not fed)."""
     tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100,
                                                                   infill_after_steps=200))  # fmt: skip
@@ -191,11 +191,13 @@ def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_t
         assert clock[gap - 1] < last - 150 <= clock[gap - 1] + 100 and sampled[:gap].sum() > 5
         dropped = int(sampled[:gap].sum())
         drawn.pop(dropped)
-    if read_after == 5.0:  # read before the span: the notes from 1 s to its start come again after the block
+    if read_after in (5.0, None):  # read before the span: the notes from then to its start come again after the block
+        split = 1.0 if read_after else 2.0
         again = tokenizer.decode_notes(np.r_[ids[:1], tokenizer._shifts(int(clock[middle])), ids[middle + 1 :]])
         expected = tokenizer.decode_notes(tokenizer.encode_notes_array(piece))
-        window = lambda rows: rows[(rows[:, 1] >= 1.0 - 1e-9) & (rows[:, 1] < start - 1e-9)]  # noqa: E731
+        window = lambda rows: rows[(rows[:, 1] >= split - 1e-9) & (rows[:, 1] < start - 1e-9)]  # noqa: E731
         np.testing.assert_allclose(window(again), window(expected))
+        assert clock[gap - 1] < split * 100 and len(window(expected)) > 0
     assert sampled.sum() == len(drawn) > 20
     got = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end, stop_at=end)
     np.testing.assert_allclose(got[np.flatnonzero(sampled) - 1], drawn, rtol=1e-4, atol=1e-5)

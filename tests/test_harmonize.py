@@ -137,12 +137,14 @@ def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_e
         kept = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]
         if tokenizer is ANTICIPATING:  # the music before the span as written notes, the rest given ahead
             assert_given_ahead(tokenizer, ids, kept[kept[:, 1] >= 2.0])
-        if tokenizer is FILLING:  # the 3 s after the span written before it, the other parts in it ahead
+        if tokenizer is FILLING:  # the 3 s after the span written before it (1 s before the span: that second read
+            # again after it), the other parts in the span and that second ahead
             kinds = [tokenizer.token_to_event(token).kind for token in ids]
             assert kinds.count("GAP") == kinds.count("AFTER") == kinds.count("MIDDLE") == 1
+            assert tokenizer.clock(ids)[kinds.index("GAP")] < 100  # read before time reached 1 s
             block = tokenizer.decode_notes(ids[kinds.index("AFTER") : kinds.index("MIDDLE")])  # from the span's end
             assert exact(block + np.array([0, 5.0, 5.0, 0, 0])) == exact(kept[(kept[:, 1] >= 5.0) & (kept[:, 1] < 8.0)])
-            assert_given_ahead(tokenizer, ids, kept[(kept[:, 1] >= 2.0) & (kept[:, 1] < 5.0)])
+            assert_given_ahead(tokenizer, ids, kept[(kept[:, 1] >= 1.0) & (kept[:, 1] < 5.0)])
 
         ours = notes[~(np.isin(notes[:, 4], rewritten) & (notes[:, 1] >= 2.0 - 1e-9) & (notes[:, 1] < 5.0 - 1e-9))]
         theirs = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]

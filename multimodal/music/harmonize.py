@@ -43,6 +43,10 @@ from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.music_controls import Controls
 from multimodal.viz import piano_roll_png
 
+REREAD_SECONDS = 1.0
+"""With infilling ids, :func:`infill` reads the music after the span this long before the span starts and reads
+that second again after it (chosen on validation among 0-2 s: docs/benchmarks.md)."""
+
 
 def check_melody(notes: np.ndarray, source: str = "the melody") -> np.ndarray:
     """A melody ``(n, 4 or 5)`` as one monophonic line ``(n, 4)``: raises ValueError, naming ``source``, for
@@ -125,9 +129,10 @@ def infill(
         start, end: The span to fill, in seconds.
         parts: The parts to rewrite there (default: all); the others' notes in the span are kept.
         read_after: With infilling ids: the music after the span is read this many seconds before the span's
-            end (None: at the span's start). Shorter than the span: its first part is written as a
-            continuation, the rest as a gap; longer: the music before the span from there on is read again
-            after the block (given, as other parts' notes in a gap), so the model finds its place before it writes.
+            end (None: :data:`REREAD_SECONDS` before its start). Shorter than the span: its first part is
+            written as a continuation, the rest as a gap; longer: the music before the span from there on is
+            read again after the block (given, as other parts' notes in a gap), so the model finds its place
+            before it writes.
         Others: as :func:`harmonize`.
 
     Notes starting before the span keep their length (they may sound into it); new notes end by
@@ -151,7 +156,7 @@ def infill(
     rewritten = np.isin(notes[:, 4], allowed) & (notes[:, 1] >= start) & (notes[:, 1] < end)
     given, block = notes[~rewritten], None
     if getattr(tokenizer.config, "infill_after_steps", 0):  # the music after the span read before (part of) it
-        split = start if read_after is None else min(max(end - read_after, 0.0), end)
+        split = max(start - REREAD_SECONDS, 0.0) if read_after is None else min(max(end - read_after, 0.0), end)
         block = (split, given[np.rint(given[:, 1] / tokenizer.config.time_step) >= round(end / tokenizer.config.time_step)])
     return constrained_decode(model, tokenizer, given, allowed, (start, end), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
@@ -285,7 +290,7 @@ def constrained_decode(
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1
-                    if announcer is not None and not in_block:  # time arrived: the given notes now due ahead come first
+                    if announcer is not None and block_read and not in_block:  # time arrived: notes due ahead come first
                         queue = announcer.due(time) + queue
                 elif block is not None and token >= tokenizer.infill_offset:
                     if token == tokenizer.infill_id("GAP"):
