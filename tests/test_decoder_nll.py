@@ -110,11 +110,9 @@ def test_the_nll_of_each_written_id_follows_the_decoders_rules_computed_naively(
     assert (got[written - 1] < raw[written - 1] - 1e-3).mean() > 0.9  # ... and the part mask always takes some
 
 
-@TOKENIZERS
-def test_the_nll_is_what_the_decoder_samples_from_on_its_own_path(tokenizer, monkeypatch):
-    rng = np.random.default_rng(1)
-    model = tiny_model(tokenizer, seed=1)
-    drawn = []
+def record_draws(monkeypatch) -> list[float]:
+    """A list that collects -log p of every id the harmonize / infill decoder samples, under its masks."""
+    drawn: list[float] = []
     real_sample_next = harmonize_module.sample_next
 
     def recording_sample_next(scores, sampling, generator=None):
@@ -123,6 +121,13 @@ def test_the_nll_is_what_the_decoder_samples_from_on_its_own_path(tokenizer, mon
         return token
 
     monkeypatch.setattr(harmonize_module, "sample_next", recording_sample_next)
+    return drawn
+
+@TOKENIZERS
+def test_the_nll_is_what_the_decoder_samples_from_on_its_own_path(tokenizer, monkeypatch):
+    rng = np.random.default_rng(1)
+    model = tiny_model(tokenizer, seed=1)
+    drawn = record_draws(monkeypatch)
     melody = soprano(rng, num_notes=4)  # a short window: the rule on lengths past its end matters early
     ids = harmonize(model, tokenizer, melody, parts=[1, 2, 3], generator=torch.Generator().manual_seed(0),
                     max_new_tokens=150)  # fmt: skip
@@ -169,15 +174,7 @@ def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_t
     start, end = 3.0, 6.0
     # no note sounds into the span: the decoder's ban on striking a sounding kept pitch is not modelled
     piece[:, 2] = np.where(piece[:, 1] < start, np.minimum(piece[:, 2], start), piece[:, 2])
-    drawn = []
-    real_sample_next = harmonize_module.sample_next
-
-    def recording_sample_next(scores, sampling, generator=None):
-        token = real_sample_next(scores, sampling, generator=generator)
-        drawn.append(float(-torch.log_softmax(scores[0].double(), -1)[int(token[0])]))
-        return token
-
-    monkeypatch.setattr(harmonize_module, "sample_next", recording_sample_next)
+    drawn = record_draws(monkeypatch)
     ids = harmonize_module.infill(model, tokenizer, piece, start, end, generator=torch.Generator().manual_seed(0),
                                   max_new_tokens=400, read_after=read_after)  # fmt: skip
     ids = np.asarray(ids)
