@@ -190,7 +190,7 @@ def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_t
         drawn.pop(dropped)
     if read_after in (5.0, None):  # read before the span: the notes from then to its start come again after the block
         split = 1.0 if read_after else 2.0
-        again = tokenizer.decode_notes(np.r_[ids[:1], tokenizer._shifts(int(clock[middle])), ids[middle + 1 :]])
+        again = tokenizer.decode_notes(np.r_[ids[:1], tokenizer.shift_ids(int(clock[middle])), ids[middle + 1 :]])
         expected = tokenizer.decode_notes(tokenizer.encode_notes_array(piece))
         window = lambda rows: rows[(rows[:, 1] >= split - 1e-9) & (rows[:, 1] < start - 1e-9)]  # noqa: E731
         np.testing.assert_allclose(window(again), window(expected))

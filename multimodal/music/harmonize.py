@@ -257,7 +257,7 @@ def constrained_decode(
                         if not ahead:
                             break  # past the window and every given note
                         reaches_split = not block_read and not in_block and min(ahead) >= split
-                        queue = read_block() if reaches_split else _shift_ids(tokenizer, min(ahead) - time)
+                        queue = read_block() if reaches_split else tokenizer.shift_ids(min(ahead) - time).tolist()
                 if queue:
                     token, own = queue.pop(0), False
                 else:
@@ -315,7 +315,7 @@ def constrained_decode(
     if tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset:
         ids.pop()  # a note the budget cut before its length
     for onset, group in groups[next_group:]:  # out of tokens: the given notes still go in, alone
-        ids += _shift_ids(tokenizer, onset - time) + group
+        ids += tokenizer.shift_ids(onset - time).tolist() + group
         time = onset
     return ids
 
@@ -350,12 +350,6 @@ class AheadAnnouncer:
                 self.velocity = velocity
             ids += [pitch, duration]
         return ids
-
-
-def _shift_ids(tokenizer: MidiDurationTokenizer, steps: int) -> list[int]:
-    """TIME_SHIFT ids moving time forward by ``steps`` (the longest shifts first)."""
-    full, rest = divmod(max(steps, 0), tokenizer.config.num_time_shifts)
-    return [tokenizer.velocity_offset - 1] * full + ([tokenizer.time_shift_offset + rest - 1] if rest else [])
 
 
 def banned_ids(tokenizer: MidiDurationTokenizer, parts: list[int]) -> torch.Tensor:

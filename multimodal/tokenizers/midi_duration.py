@@ -376,7 +376,7 @@ class MidiDurationTokenizer(MidiTokenizer):
         suffix, _ = self._write_rows(onset[order] - last, pitch[order], (offset - onset)[order], velocity_bin[order],
                                      loudness=(None, loudness))  # fmt: skip
         gap, after_id, middle = (self.infill_id(name) for name in INFILL_EVENTS)
-        ids = np.r_[gap, self._shifts(last - now), after_id, suffix, middle].astype(np.int64)
+        ids = np.r_[gap, self.shift_ids(last - now), after_id, suffix, middle].astype(np.int64)
         return ids, int(velocity_bin[order][-1]) if len(pitch) else loudness
 
     def clock(self, ids: Any) -> np.ndarray:
@@ -395,7 +395,7 @@ class MidiDurationTokenizer(MidiTokenizer):
                 time[position:] -= time[position] - (time[opened[-1]])
         return time
 
-    def _shifts(self, steps: int) -> np.ndarray:
+    def shift_ids(self, steps: int) -> np.ndarray:
         """TIME_SHIFT ids moving time on by ``steps`` (the longest shifts first), int64 ``(k,)``."""
         full, rest = divmod(max(int(steps), 0), self.config.num_time_shifts)
         return np.array([self.velocity_offset - 1] * full + ([self.time_shift_offset + rest - 1] if rest else []),
