@@ -16,7 +16,9 @@ its best checkpoint on the **validation** pieces is measured once on the **test*
                    same model with only the music before it (left context only: the plain sequence, whose
                    span ids see nothing after). Both scored with time stopped at the span's end.
                    Also the soprano given at its onsets only (the plain sequence of the chorale, the
-                   soprano's ids fed): what a decoder that sight-reads the melody, with no look-ahead, gets.
+                   soprano's ids fed): what a decoder that sight-reads the melody, with no look-ahead, gets;
+                   and (since v6) the soprano at its onsets and read ahead in blocks of the model's
+                   ``infill_after_seconds`` (``encode_read_ahead``).
     plain          nats per note of the Bach test chorales as plain sequences: what the fine-tuning
                    cost the model's continuation (the shipped model's number in the same row).
 
@@ -49,13 +51,14 @@ from protocol import load, record, spread
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DECODER_FIELD = "harmonization_given_decoder_nats_per_note"  # rows scored as the decoder writes (since 2026-12-04)
-ENCODING = "v5"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
+ENCODING = "v6"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
 ENCODINGS = {
     "v1": "given notes ahead only, at onset - Δ (time shifts cut there)",
     "v2": "given notes ahead at onset - Δ (time shifts cut there) and again at their onsets",
     "v3": "given notes ahead where time first arrives at or after onset - Δ (the plain time shifts), and at their onsets",
     "v4": "v3, and infilling as prefix, suffix, middle: the music after the gap written before the gap's notes",
     "v5": "v4 with twice the gap windows (0.4), the first 0-2 s of a gap given (read again after the block)",
+    "v6": "v5 with windows whose given parts are read ahead in blocks of 4 s (0.3, from the given share)",
 }
 
 
@@ -153,7 +156,7 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
     chorales = [(notes, controls) for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True)
                 if name.startswith("bach/") and len(np.unique(notes[:, 4])) >= 2 and (notes[:, 4] == 0).any()]  # fmt: skip
     nll = dict.fromkeys(["given", "alone", "sight", "given_raw", "alone_raw", "both", "left", "both_raw", "left_raw",
-                         "plain", "plain_shipped", "both_late", "left_late"], 0.0)  # fmt: skip
+                         "plain", "plain_shipped", "both_late", "left_late", "blocks"], 0.0)  # fmt: skip
     harmony_notes, plain_notes, span_notes, late_notes, spans = 0, 0, 0, 0, 0
     ahead = tokenizer.config.anticipation_steps * tokenizer.config.time_step  # seconds a given note comes ahead
     lower_parts = list(range(1, tokenizer.config.num_parts))
@@ -168,6 +171,9 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         plain_ids = tokenizer.encode_notes_array(notes)  # sight-reading: the soprano fed where it sounds, nothing ahead
         fed = soprano_rows(tokenizer, plain_ids)
         nll["sight"] += decoder_nll(model, tokenizer, head, plain_ids, fed, ~fed, lower_parts, seq_len, end)
+        if tokenizer.config.infill_after_steps:  # at its onsets, and read ahead in blocks
+            ids, is_given = tokenizer.encode_read_ahead(lower, soprano)
+            nll["blocks"] += decoder_nll(model, tokenizer, head, ids, is_given, ~is_given, lower_parts, seq_len, end)
         ids = tokenizer.encode_notes_array(lower)
         none_given = np.zeros(len(ids), dtype=bool)
         nll["alone"] += decoder_nll(model, tokenizer, head, ids, none_given, ~none_given, lower_parts, seq_len, end)
@@ -222,6 +228,8 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
         "harmonization_given_decoder_nats_per_note": nll["given"] / max(harmony_notes, 1),
         "harmonization_alone_decoder_nats_per_note": nll["alone"] / max(harmony_notes, 1),
         "harmonization_at_onsets_decoder_nats_per_note": nll["sight"] / max(harmony_notes, 1),
+        "harmonization_read_ahead_decoder_nats_per_note": (nll["blocks"] / max(harmony_notes, 1)
+                                                           if tokenizer.config.infill_after_steps else None),
         "harmonization_given_nats_per_note": nll["given_raw"] / max(harmony_notes, 1),
         "harmonization_alone_nats_per_note": nll["alone_raw"] / max(harmony_notes, 1),
         "spans": spans, "span_notes": span_notes, "span_seconds": args.span,
@@ -366,6 +374,11 @@ def _group_table(rows: list[dict]) -> str:
         lines.append(f"| harmonization, the soprano given at its onsets only (sight-reading), as the decoder writes them | "
                      f"{len(rows)} | {spread([r[at_onsets] for r in rows], 3)} | {spread([r[alone] for r in rows], 3)} | "
                      f"{spread([cut(r, at_onsets, alone) for r in rows], 3)} |")  # fmt: skip
+    read_ahead = "harmonization_read_ahead_decoder_nats_per_note"
+    if all(row.get(read_ahead) is not None for row in rows):
+        lines.append(f"| harmonization, the soprano at its onsets and read ahead in blocks, as the decoder writes them | "
+                     f"{len(rows)} | {spread([r[read_ahead] for r in rows], 3)} | {spread([r[alone] for r in rows], 3)} | "
+                     f"{spread([cut(r, read_ahead, alone) for r in rows], 3)} |")  # fmt: skip
     shipped = [r["shipped_plain_nats_per_note"] for r in rows if r.get("shipped_plain_nats_per_note") is not None]
     split = "validation" if rows[0].get("stage") == "select" else "test"
     lines.append(f"| plain Bach {split} chorales (the shipped model: "

@@ -307,7 +307,7 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
                 "infill_both_sides_nats_per_note", "infill_left_only_nats_per_note", "plain_nats_per_note",
                 "harmonization_given_decoder_nats_per_note", "harmonization_alone_decoder_nats_per_note",
                 "infill_both_sides_decoder_nats_per_note", "infill_left_only_decoder_nats_per_note",
-                "harmonization_at_onsets_decoder_nats_per_note"):  # fmt: skip
+                "harmonization_at_onsets_decoder_nats_per_note", "harmonization_read_ahead_decoder_nats_per_note"):  # fmt: skip
         assert 0 < row[key] < 50, key
     # the decoder's rules only take probability away from ids that are not the real ones
     assert row["harmonization_given_decoder_nats_per_note"] < row["harmonization_given_nats_per_note"]
@@ -322,6 +322,7 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| harmonization: alto, tenor, bass, as the decoder writes them" in again.stdout
+    assert "| harmonization, the soprano at its onsets and read ahead in blocks" in again.stdout
     split = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--by-kind", row["checkpoint"]],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert split.returncode == 0, split.stderr[-3000:]

@@ -19,14 +19,31 @@ learns every case the toolkit asks of it (Thickstun et al. 2023 train one model 
   middle), the other parts' notes in the span given ahead — infilling that knows the bars after the gap.
   With ``infill_reread``, every note of the span's first ``r`` seconds is given too (``r`` uniform in
   that range): the music before the gap read again after the block, as :func:`~multimodal.music.harmonize.infill`
-  does with ``read_after`` longer than the span.
+  does with ``read_after`` longer than the span;
+- **read ahead**: ``a`` and ``b`` as in the given case, ``C`` a random proper subset of the parts (all of
+  them for a piece of one part), the given notes written at their onsets and
+  read before them in blocks of the seconds to come
+  (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_read_ahead`) — harmonization
+  that sight-reads the melody and has read its next phrase.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import NamedTuple
+
 import numpy as np
+
+
+class DrawnWindow(NamedTuple):
+    """One window's notes: ``written`` and ``given`` rows of the piece (``given`` may be empty), the gap case's
+    span ``(a, b)`` in seconds (None in the other cases), and whether the given notes are read ahead in blocks."""
+
+    written: np.ndarray
+    given: np.ndarray
+    gap: tuple[float, float] | None = None
+    read_ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,8 @@ class GivenNotesDraw:
         infill_seconds: The shortest and longest gap of the *gap* case, in seconds.
         infill_reread: The shortest and longest time, in seconds, at the start of a gap whose notes are all
             given (read again after the block); ``(0, 0)``: none.
+        read_ahead_share: Share of windows whose given notes are read ahead in blocks (the *read ahead*
+            case; the tokenizer needs ``infill_after_steps``).
     """
 
     given_share: float = 0.5
@@ -57,14 +76,16 @@ class GivenNotesDraw:
     infill_share: float = 0.0
     infill_seconds: tuple[float, float] = (1.0, 8.0)
     infill_reread: tuple[float, float] = (0.0, 0.0)
+    read_ahead_share: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("given_share", "part_drop_share", "from_start", "to_end", "all_parts", "infill_share"):
+        for name in ("given_share", "part_drop_share", "from_start", "to_end", "all_parts", "infill_share",
+                     "read_ahead_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name}={getattr(self, name)} must lie in [0, 1]")
-        shares = self.given_share + self.part_drop_share + self.infill_share
+        shares = self.given_share + self.part_drop_share + self.infill_share + self.read_ahead_share
         if shares > 1:
-            raise ValueError(f"given_share + part_drop_share + infill_share = {shares:g} must be at most 1 "
+            raise ValueError(f"given_share + part_drop_share + infill_share + read_ahead_share = {shares:g} must be at most 1 "
                              "(the rest of the windows are plain)")  # fmt: skip
         object.__setattr__(self, "infill_seconds", tuple(float(value) for value in self.infill_seconds))
         if len(self.infill_seconds) != 2 or not 0 < self.infill_seconds[0] <= self.infill_seconds[1]:
@@ -73,8 +94,7 @@ class GivenNotesDraw:
         if len(self.infill_reread) != 2 or not 0 <= self.infill_reread[0] <= self.infill_reread[1]:
             raise ValueError(f"infill_reread={list(self.infill_reread)}: give [shortest, longest] >= 0 seconds")
 
-    def __call__(self, notes: np.ndarray, rng: np.random.Generator
-                 ) -> tuple[np.ndarray, np.ndarray, tuple[float, float] | None]:  # fmt: skip
+    def __call__(self, notes: np.ndarray, rng: np.random.Generator) -> DrawnWindow:
         """Splits one piece into the notes a model writes and the notes it is given.
 
         Args:
@@ -82,23 +102,24 @@ class GivenNotesDraw:
             rng: The window's generator.
 
         Returns:
-            ``(written, given, gap)``: two arrays of rows of ``notes`` (``given`` may be empty), and the
-            gap case's span ``(a, b)`` in seconds (None in the other cases).
+            The window's :class:`DrawnWindow`.
         """
         nothing = notes[:0]
         if len(notes) == 0:
-            return notes, nothing, None
+            return DrawnWindow(notes, nothing)
         parts = np.unique(notes[:, 4]) if notes.shape[1] > 4 else np.zeros(1)
         case = rng.random()
         if case < self.part_drop_share:
             if len(parts) < 2:
-                return notes, nothing, None
+                return DrawnWindow(notes, nothing)
             left_out = _random_subset(parts, rng, proper=True)
-            return notes[~np.isin(notes[:, 4], left_out)], nothing, None
-        if case >= self.part_drop_share + self.given_share + self.infill_share:
-            return notes, nothing, None
+            return DrawnWindow(notes[~np.isin(notes[:, 4], left_out)], nothing)
+        given_until = self.part_drop_share + self.given_share
+        infill_until = given_until + self.infill_share
+        if case >= infill_until + self.read_ahead_share:
+            return DrawnWindow(notes, nothing)
         end = float(notes[:, 1].max())
-        gap = case >= self.part_drop_share + self.given_share
+        gap, read_ahead = given_until <= case < infill_until, case >= infill_until
         reread = 0.0  # seconds at the gap's start whose notes are all given
         if gap:
             a = float(rng.uniform(0.0, end))
@@ -107,10 +128,13 @@ class GivenNotesDraw:
         else:
             a = 0.0 if rng.random() < self.from_start else float(rng.uniform(0.0, end))
             b = np.inf if rng.random() < self.to_end else float(rng.uniform(a, end))
-        written_parts = parts if rng.random() < self.all_parts else _random_subset(parts, rng, proper=False)
+        if read_ahead:  # some parts read ahead, the others written (all parts: nothing to read)
+            written_parts = _random_subset(parts, rng, proper=True) if len(parts) > 1 else parts
+        else:
+            written_parts = parts if rng.random() < self.all_parts else _random_subset(parts, rng, proper=False)
         in_parts = np.isin(notes[:, 4], written_parts) if notes.shape[1] > 4 else np.ones(len(notes), dtype=bool)
         written = (notes[:, 1] < a) | (in_parts & (notes[:, 1] >= a + reread) & (notes[:, 1] < b))
-        return notes[written], notes[~written], (a, b) if gap else None
+        return DrawnWindow(notes[written], notes[~written], (a, b) if gap else None, read_ahead)
 
 
 def _random_subset(values: np.ndarray, rng: np.random.Generator, proper: bool) -> np.ndarray:

@@ -337,8 +337,10 @@ class MidiWindowDataset(Dataset):
             raise ValueError("the corpus holds no piece; check the split and the limit")
         if given_notes is not None and not getattr(tokenizer.config, "anticipation_steps", 0):
             raise ValueError("given_notes needs a tokenizer with anticipation_steps > 0 (AHEAD ids)")
-        if given_notes is not None and given_notes.infill_share and not getattr(tokenizer.config, "infill_after_steps", 0):
-            raise ValueError("given_notes.infill_share needs a tokenizer with infill_after_steps > 0 (GAP AFTER MIDDLE ids)")
+        if (given_notes is not None and (given_notes.infill_share or given_notes.read_ahead_share)
+                and not getattr(tokenizer.config, "infill_after_steps", 0)):  # fmt: skip
+            raise ValueError("given_notes.infill_share and read_ahead_share need a tokenizer with infill_after_steps > 0 "
+                             "(GAP AFTER MIDDLE ids)")  # fmt: skip
         self.given_notes = given_notes
         self.corpus, self.tokenizer, self.seq_len = corpus, tokenizer, seq_len
         self.epoch_length, self.augmentation, self.control_dropout = epoch_length, augmentation, control_dropout
@@ -378,11 +380,11 @@ class MidiWindowDataset(Dataset):
             notes, semitones = self.augmentation.draw(notes, rng)
         elif self.augmentation is not None:
             notes = self.augmentation(notes, rng)
-        given, gap = None, None
+        given, gap, read_ahead = None, None, False
         if self.given_notes is not None:
-            notes, given, gap = self.given_notes(notes, rng)
+            notes, given, gap, read_ahead = self.given_notes(notes, rng)
         if not _has_controls(self.tokenizer):
-            ids = _piece_ids(self.tokenizer, notes, given=given, gap=gap)
+            ids = _piece_ids(self.tokenizer, notes, given=given, gap=gap, read_ahead=read_ahead)
             latest = max(len(ids) - self.seq_len - 1, 0)  # a gap's window ends with its notes (prefix cut first)
             start = latest if gap is not None else int(rng.integers(0, latest + 1))
             return _pad(ids[start : start + self.seq_len + 1], self.seq_len + 1, self.pad_id)
@@ -390,7 +392,7 @@ class MidiWindowDataset(Dataset):
         controls = _controls(self.corpus, piece).transposed(semitones)
         controls = controls.dropped((rng.random(len(CONTROL_NAMES)) >= self.control_dropout).tolist())
         head = torch.tensor([self.tokenizer.bos_id, *self.tokenizer.control_ids(controls)])
-        body = _piece_ids(self.tokenizer, notes, given=given, gap=gap)[1:]
+        body = _piece_ids(self.tokenizer, notes, given=given, gap=gap, read_ahead=read_ahead)[1:]
         room = self.seq_len + 1 - len(head)
         latest = max(len(body) - room, 0)
         start = latest if gap is not None else int(rng.integers(0, latest + 1))
@@ -457,16 +459,19 @@ class MidiPieceWindows(Dataset):
 
 
 def _piece_ids(tokenizer: MidiTokenizer, notes: np.ndarray, controls: Controls | None = None,
-               given: np.ndarray | None = None, gap: tuple[float, float] | None = None) -> torch.Tensor:
+               given: np.ndarray | None = None, gap: tuple[float, float] | None = None,
+               read_ahead: bool = False) -> torch.Tensor:  # fmt: skip
     """``[BOS] (+ controls) + events + [EOS]`` of one piece as int64 ``(length,)``; with ``given`` notes,
-    the events are ``notes`` with ``given`` written ahead (``encode_anticipated``); with a ``gap`` ``(a, b)``
-    seconds, the prefix, the music after the gap and the gap's notes (``encode_infilling``, no EOS: the
-    piece goes on after the gap)."""
+    the events are ``notes`` with ``given`` written ahead (``encode_anticipated``), or read ahead in blocks
+    (``read_ahead``: ``encode_read_ahead``); with a ``gap`` ``(a, b)`` seconds, the prefix, the music after
+    the gap and the gap's notes (``encode_infilling``, no EOS: the piece goes on after the gap)."""
     end = [tokenizer.eos_id]
     if given is None:
         events = torch.from_numpy(tokenizer.encode_notes_array(notes))
     elif gap is not None:
         events, end = torch.from_numpy(tokenizer.encode_infilling(notes, given, *gap)[0]), []
+    elif read_ahead:
+        events = torch.from_numpy(tokenizer.encode_read_ahead(notes, given)[0])
     else:
         events = torch.from_numpy(tokenizer.encode_anticipated(notes, given)[0])
     head = [tokenizer.bos_id, *(tokenizer.control_ids(controls) if controls is not None else [])]

@@ -368,8 +368,11 @@ class MidiDurationTokenizer(MidiTokenizer):
             end: The gap's end, in seconds.
             loudness: The velocity bin in force before the block (None: unknown, a VELOCITY is written).
         """
-        last = round(end / self.config.time_step)
-        told = self._grid_notes(after)
+        return self._block(self._grid_notes(after), now, round(end / self.config.time_step), loudness)
+
+    def _block(self, told: tuple[np.ndarray, ...], now: int, last: int, loudness: int | None
+               ) -> tuple[np.ndarray, int | None]:  # fmt: skip
+        """:meth:`infill_block` for grid notes ``told`` (``_grid_notes``' columns) and the block's start ``last`` in steps."""
         chosen = (told[1] >= last) & (told[1] < last + self.config.infill_after_steps)
         pitch, onset, offset, velocity_bin = (column[chosen] for column in told)
         order = np.lexsort((pitch, onset))
@@ -378,6 +381,49 @@ class MidiDurationTokenizer(MidiTokenizer):
         gap, after_id, middle = (self.infill_id(name) for name in INFILL_EVENTS)
         ids = np.r_[gap, self.shift_ids(last - now), after_id, suffix, middle].astype(np.int64)
         return ids, int(velocity_bin[order][-1]) if len(pitch) else loudness
+
+    def encode_read_ahead(self, notes: np.ndarray, given: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Encodes ``notes`` to be modelled with ``given`` notes read ahead in blocks; returns int64 ids
+        ``(num_ids,)`` and a bool mask ``(num_ids,)`` of the given ids (the blocks and the given notes).
+
+        The plain sequence of all the notes (:meth:`encode_notes_array` of both sets), with a block ``GAP
+        AFTER [the given notes starting in the next infill_after_steps] MIDDLE`` — :meth:`infill_block` of an
+        empty gap — at the start, and again each time the sequence's time first arrives
+        (:meth:`arrivals`) ``infill_after_steps`` or more after the last block. A melody's next seconds are
+        read as a gap's music after it is, in a block, where the plain sequence's clock and rows stay as
+        they are: a causal model sight-reads each given note at its onset and has read it up to
+        ``infill_after_steps`` before. :meth:`decode_notes` reads a block's note and the same note at its
+        onset as one note (a unison merges).
+
+        Args:
+            notes: ``(n, 4 or 5)`` notes as :meth:`encode_notes_array` takes them: what a model writes.
+            given: ``(m, 4 or 5)`` notes it is given (may be empty).
+
+        Raises:
+            ValueError: The vocabulary has no infilling ids (``infill_after_steps`` = 0).
+        """
+        if not self.config.infill_after_steps:
+            raise ValueError("this tokenizer has no GAP / AFTER / MIDDLE ids (infill_after_steps = 0)")
+        written, told = self._grid_notes(notes), self._grid_notes(given)
+        columns = tuple(np.r_[w, t] for w, t in zip(written, told, strict=True))
+        order = np.lexsort((columns[0], columns[1]))
+        pitch, onset, offset, velocity_bin = (column[order] for column in columns)
+        is_given = np.r_[np.zeros(len(written[0]), dtype=bool), np.ones(len(told[0]), dtype=bool)][order]
+        arrivals, moments = self.arrivals(onset), [0]
+        while (later := arrivals[arrivals >= moments[-1] + self.config.infill_after_steps]).size:
+            moments.append(int(later[0]))
+        pieces, masks, time, loudness = [], [], 0, None
+        for begin, stop in zip(moments, [*moments[1:], None], strict=True):
+            block, loudness = self._block(told, begin, begin, loudness)
+            rows = (onset >= begin) & (onset < (np.iinfo(np.int64).max if stop is None else stop))
+            body, body_given = self._write_rows(onset[rows] - begin, pitch[rows], (offset - onset)[rows],
+                                                velocity_bin[rows], is_given=is_given[rows], loudness=(None, loudness))  # fmt: skip
+            shifts = self.shift_ids(begin - time)
+            pieces += [shifts, block, body]
+            masks += [np.zeros(len(shifts), dtype=bool), np.ones(len(block), dtype=bool), body_given]
+            time = int(onset[rows][-1]) if rows.any() else begin
+            loudness = int(velocity_bin[rows][-1]) if rows.any() else loudness
+        return np.concatenate(pieces).astype(np.int64), np.concatenate(masks)
 
     def clock(self, ids: Any) -> np.ndarray:
         """The time, in steps, after each of ``ids`` as :meth:`decode_notes` reads them, int64 ``(len(ids),)``:
@@ -424,16 +470,21 @@ class MidiDurationTokenizer(MidiTokenizer):
         """Steps ``(m,)`` at which given notes with onsets ``given_onsets`` ``(m,)`` are written ahead.
 
         The first point at or after ``onset - anticipation_steps`` where the plain sequence of notes with
-        ``onsets`` ``(n,)`` (every note's, in steps) arrives after a TIME_SHIFT: the start, an onset, or a
-        step inside a gap longer than the longest shift where one of its shifts ends. A decoder that
-        announces given notes each time a shift ends writes them exactly there.
+        ``onsets`` ``(n,)`` (every note's, in steps) arrives after a TIME_SHIFT (:meth:`arrivals`). A decoder
+        that announces given notes each time a shift ends writes them exactly there.
         """
+        arrivals = self.arrivals(onsets)
+        return arrivals[np.searchsorted(arrivals, given_onsets - self.config.anticipation_steps, side="left")]
+
+    def arrivals(self, onsets: np.ndarray) -> np.ndarray:
+        """The steps, sorted int64 ``(k,)``, where the plain sequence of notes with ``onsets`` ``(n,)`` (in steps)
+        arrives after a TIME_SHIFT: the start, every onset, and inside a gap longer than the longest shift the
+        end of each of its shifts (:meth:`shift_ids` writes the longest first)."""
         longest = self.config.num_time_shifts
         moments = np.unique(np.r_[0, onsets]).astype(np.int64)
         inside = (np.diff(moments) - 1) // longest  # shifts of a gap that end before its next onset
         within = np.arange(inside.sum()) - np.repeat(np.cumsum(inside) - inside, inside) + 1
-        arrivals = np.sort(np.r_[moments, np.repeat(moments[:-1], inside) + longest * within])
-        return arrivals[np.searchsorted(arrivals, given_onsets - self.config.anticipation_steps, side="left")]
+        return np.sort(np.r_[moments, np.repeat(moments[:-1], inside) + longest * within])
 
     def ahead_rows(self, given: np.ndarray) -> list[tuple[int, int, int, int]]:
         """The given notes ``(m, 4 or 5)`` on the grid as ``(onset step, PITCH id, DURATION id, VELOCITY id)``, by

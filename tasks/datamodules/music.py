@@ -86,7 +86,9 @@ class MusicDataModule(pl.LightningDataModule):
         infill_after_seconds: ``vocabulary="duration"``: how much of the music after a gap is written
             before the gap's notes (``GAP AFTER MIDDLE`` ids,
             :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`; windows of
-            ``given_notes.infill_share``). 0: the vocabulary has no such ids.
+            ``given_notes.infill_share``), and how far ahead given notes are read in blocks (windows of
+            ``given_notes.read_ahead_share``, :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_read_ahead`).
+            0: the vocabulary has no such ids.
         num_workers: DataLoader worker processes.
         seed: Training windows are a function of ``(seed, epoch, index)`` (each process of a
             distributed run its own, a resumed run the same as an uninterrupted one).
@@ -153,9 +155,10 @@ class MusicDataModule(pl.LightningDataModule):
             raise ValueError(f"infill_after_seconds={infill_after_seconds}: infilling needs vocabulary: duration "
                              "and 0 (none) or more seconds")  # fmt: skip
         self.given_notes = None if given_notes is None else GivenNotesDraw(**dict(given_notes))
-        if self.given_notes is not None and self.given_notes.infill_share and not infill_after_seconds:
-            raise ValueError("given_notes.infill_share needs infill_after_seconds > 0: how much of the music after "
-                             "a gap is written before it")  # fmt: skip
+        blocks = self.given_notes is not None and (self.given_notes.infill_share or self.given_notes.read_ahead_share)
+        if blocks and not infill_after_seconds:
+            raise ValueError("given_notes.infill_share and read_ahead_share need infill_after_seconds > 0: how much "
+                             "music a GAP AFTER MIDDLE block holds")  # fmt: skip
         self.save_hyperparameters()  # kept in checkpoints: `multimodal sample-stats` finds the held-out pieces
         self.midi_dir, self.limit, self.seq_len, self.batch_size = midi_dir, limit, seq_len, batch_size
         self.epoch_length, self.validation_percent, self.num_workers = epoch_length, validation_percent, num_workers

@@ -28,7 +28,7 @@ def test_every_note_is_either_written_or_given_and_the_cases_come_in_their_share
     rng = np.random.default_rng(0)
     counts = {"plain": 0, "given": 0, "dropped": 0, "harmonize": 0}
     for _ in range(2000):
-        written, given, gap = draw(notes, rng)
+        written, given, gap, _ = draw(notes, rng)
         assert gap is None  # no infill_share
         if len(written) < len(notes) and not len(given):  # parts left out, nothing given
             counts["dropped"] += 1
@@ -59,7 +59,7 @@ def test_one_part_pieces_are_only_ever_infilled_or_plain():
     notes = np.column_stack([notes, np.zeros(len(notes))])[::4]  # one part
     rng = np.random.default_rng(1)
     for _ in range(200):
-        written, given, _ = GivenNotesDraw(given_share=1.0, part_drop_share=0.0)(notes, rng)
+        written, given, _, _ = GivenNotesDraw(given_share=1.0, part_drop_share=0.0)(notes, rng)
         if len(given):  # the music from some time on is given, everything before it written
             assert written[:, 1].max() < given[:, 1].min()
 
@@ -69,8 +69,8 @@ def test_shares_are_checked():
         GivenNotesDraw(given_share=0.8, part_drop_share=0.3)
     with pytest.raises(ValueError, match="to_end"):
         GivenNotesDraw(to_end=1.5)
-    with pytest.raises(ValueError, match="infill_share = 1.1 must be at most 1"):
-        GivenNotesDraw(given_share=0.5, part_drop_share=0.1, infill_share=0.5)
+    with pytest.raises(ValueError, match="read_ahead_share = 1.1 must be at most 1"):
+        GivenNotesDraw(given_share=0.3, part_drop_share=0.1, infill_share=0.5, read_ahead_share=0.2)
     with pytest.raises(ValueError, match="infill_seconds"):
         GivenNotesDraw(infill_seconds=(2.0, 1.0))
 
@@ -84,7 +84,7 @@ def test_gap_windows_write_the_music_after_the_gap_before_it():
     rng = np.random.default_rng(2)
     gaps = 0
     for _ in range(1000):
-        written, given, gap = draw(notes, rng)
+        written, given, gap, _ = draw(notes, rng)
         if gap is None:
             continue
         gaps += 1
