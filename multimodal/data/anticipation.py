@@ -30,7 +30,6 @@ learns every case the toolkit asks of it (Thickstun et al. 2023 train one model 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import NamedTuple
 
 import numpy as np
