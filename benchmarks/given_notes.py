@@ -51,14 +51,14 @@ from protocol import load, record, spread
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DECODER_FIELD = "harmonization_given_decoder_nats_per_note"  # rows scored as the decoder writes (since 2026-12-04)
-ENCODING = "v6"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
+ENCODING = "v5"  # how given notes are written ahead; a row keeps the encoding its model was trained and scored with
 ENCODINGS = {
     "v1": "given notes ahead only, at onset - Δ (time shifts cut there)",
     "v2": "given notes ahead at onset - Δ (time shifts cut there) and again at their onsets",
     "v3": "given notes ahead where time first arrives at or after onset - Δ (the plain time shifts), and at their onsets",
     "v4": "v3, and infilling as prefix, suffix, middle: the music after the gap written before the gap's notes",
     "v5": "v4 with twice the gap windows (0.4), the first 0-2 s of a gap given (read again after the block)",
-    "v6": "v5 with windows whose given parts are read ahead in blocks of 4 s (0.3, from the given share)",
+    "v6": "v5 with windows whose given parts are read ahead in blocks of 4 s (read_ahead_share 0.3, given_share 0.1)",
 }
 
 

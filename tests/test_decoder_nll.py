@@ -130,6 +130,7 @@ def test_the_nll_is_what_the_decoder_samples_from_on_its_own_path(tokenizer, mon
     drawn = record_draws(monkeypatch)
     melody = soprano(rng, num_notes=4)  # a short window: the rule on lengths past its end matters early
     ids = harmonize(model, tokenizer, melody, parts=[1, 2, 3], generator=torch.Generator().manual_seed(0),
+                    lookahead="ahead" if tokenizer.config.anticipation_steps else "none",
                     max_new_tokens=150)  # fmt: skip
     assert len(drawn) > 50
     head = 1 + len(tokenizer.control_ids())
@@ -207,3 +208,73 @@ def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_t
     np.testing.assert_allclose(keep(notes), keep(expected))
     without_stop = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end)
     assert (np.abs(without_stop[np.flatnonzero(sampled) - 1] - drawn) > 1e-4).any()  # the stop mattered on this path
+
+
+READING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100,
+                                                            infill_after_steps=200))  # fmt: skip
+"""Given notes read ahead in blocks of 2 s (the GAP AFTER MIDDLE ids)."""
+
+
+class Oracle(torch.nn.Module):
+    """Puts all its probability on the next id of ``target`` (a whole sequence from BOS): it follows the ids it is
+    fed and skips a fed VELOCITY the target does not hold at that place (the decoder feeds a melody's loudness with
+    its first note, where the encoding's block already set it)."""
+
+    def __init__(self, tokenizer: MidiDurationTokenizer, target: list[int]) -> None:
+        super().__init__()
+        self.tokenizer, self.target = tokenizer, target
+        self.anchor = torch.nn.Parameter(torch.zeros(()))
+
+    def new_state(self):
+        return {"next": 0}
+
+    def forward(self, tokens, state=None):
+        for token in tokens[0].tolist():
+            if state["next"] < len(self.target) and token == self.target[state["next"]]:
+                state["next"] += 1
+            elif not self.tokenizer.velocity_offset <= token < self.tokenizer.pitch_offset:
+                raise AssertionError(f"fed {self.tokenizer.token_to_event(token)}, the target has "
+                                     f"{self.tokenizer.token_to_event(self.target[state['next']])}")  # fmt: skip
+        logits = torch.full((1, tokens.shape[1], self.tokenizer.vocab_size), -30.0)
+        logits[0, -1, self.target[min(state["next"], len(self.target) - 1)]] = 30.0
+        return logits
+
+
+def test_the_read_ahead_decoder_writes_what_training_encodes():
+    """A model that wants exactly the training encoding's next id (``encode_read_ahead`` of the lower parts with
+    the soprano given, written independently of the decoder) gets it back from ``harmonize(lookahead="blocks")``
+    id for id: the blocks at the same moments with the same notes, the soprano fed at its onsets."""
+    rng = np.random.default_rng(3)
+    melody = soprano(rng, num_notes=20)
+    lower = lower_parts(rng, melody)
+    lower[:, 2] = np.minimum(lower[:, 2], melody[:, 2].max())  # every note ends by the melody's end (the window)
+    lower[:, 3] = melody[0, 3]  # one loudness: the decoder writes a melody's as encode_notes of the melody alone
+    ids, _ = READING.encode_read_ahead(lower, melody)
+    head = [READING.bos_id, *READING.control_ids()]
+    target = [*head, *ids.tolist(), READING.eos_id]
+    assert (ids == READING.infill_id("GAP")).sum() >= 4  # the melody lasts several blocks
+    got = harmonize(Oracle(READING, target), READING, melody, parts=[1, 2, 3], lookahead="blocks",
+                    max_new_tokens=len(target))  # fmt: skip
+    without_velocity = lambda seq: [t for t in seq if not READING.velocity_offset <= t < READING.pitch_offset]  # noqa: E731
+    assert without_velocity(got) == without_velocity(target)
+
+
+def test_the_nll_is_what_the_read_ahead_decoder_samples_from(monkeypatch):
+    """The decoder's own draws with the melody read ahead in blocks: ``decoder_token_nll`` gives each sampled id the
+    probability it was drawn with, the blocks read (given), the clock rewound at each ``MIDDLE``."""
+    rng = np.random.default_rng(4)
+    model = tiny_model(READING, seed=4)
+    melody = soprano(rng, num_notes=10)
+    drawn = record_draws(monkeypatch)
+    ids = np.asarray(harmonize(model, READING, melody, parts=[1, 2, 3], lookahead="blocks",
+                               generator=torch.Generator().manual_seed(0), max_new_tokens=200))  # fmt: skip
+    gap, middle = (np.asarray(ids == READING.infill_id(name)) for name in ("GAP", "MIDDLE"))
+    assert gap.sum() >= 2 and len(drawn) > 50
+    head = 1 + len(READING.control_ids())
+    fed = given_positions(READING, ids, head) | (np.cumsum(gap) > np.cumsum(middle)) | middle
+    fed[:head] = True
+    got = decoder_token_nll(model, READING, ids, fed, [1, 2, 3], seq_len=4096, window_end=float(melody[:, 2].max()))
+    sampled = np.flatnonzero(~fed) - 1  # got[i] scores ids[i + 1]
+    drawn = drawn[:-1]  # the budget's last draw: a PITCH the decoder drops when no length follows
+    assert len(sampled) >= len(drawn)
+    np.testing.assert_allclose(got[sampled[: len(drawn)]], drawn, rtol=1e-4, atol=1e-5)

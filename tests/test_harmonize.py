@@ -23,6 +23,8 @@ FILLING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, control
 """And the music after an infill span written first, 3 seconds of it (prefix, suffix, middle)."""
 TOKENIZERS = pytest.mark.parametrize("tokenizer", [TOKENIZER, ANTICIPATING, FILLING],
                                      ids=["plain", "anticipating", "filling"])  # fmt: skip
+RICHEST = {id(TOKENIZER): "none", id(ANTICIPATING): "ahead", id(FILLING): "blocks"}
+"""The look-ahead each vocabulary's test harmonizes with: the most it can write."""
 
 
 class Adversary(nn.Module):
@@ -65,15 +67,46 @@ def test_every_given_note_comes_back_and_only_the_allowed_parts_are_written(mode
         line = melody(np.random.default_rng(seed))
         given = np.column_stack([line, np.zeros(len(line))])
         ids = harmonize(model, tokenizer, given, parts=[1, 2], max_new_tokens=1500, top_p=0.95,
-                        generator=torch.Generator().manual_seed(seed))  # fmt: skip
+                        generator=torch.Generator().manual_seed(seed), lookahead=RICHEST[id(tokenizer)])  # fmt: skip
         notes = tokenizer.decode_notes(ids)
         assert exact(notes[notes[:, 4] == 0]) == exact(line)  # 100 %: pitch, onset, duration (on the grid)
         assert set(notes[:, 4].astype(int)) <= {0, 1, 2}  # part 3 was not allowed
         if model_kind == "random":
             assert (notes[:, 4] > 0).any()  # it did write something of its own
         assert tokenizer.eos_id not in ids[:-1]
-        if tokenizer.config.anticipation_steps:  # each melody note came a second before it sounds
+        if tokenizer.config.infill_after_steps:  # read ahead in blocks
+            assert_read_ahead(tokenizer, ids, line)
+        elif tokenizer.config.anticipation_steps:  # each melody note came a second before it sounds
             assert_given_ahead(tokenizer, ids, line)
+        else:
+            assert all(not tokenizer.ahead_offset <= token for token in ids)  # sight-reading: nothing ahead
+
+
+def assert_read_ahead(tokenizer: MidiDurationTokenizer, ids: list[int], given: np.ndarray) -> None:
+    """Walks the ids: a ``GAP AFTER … MIDDLE`` block first, then one as soon as the music arrives (after a shift)
+    ``infill_after_steps`` or more after the last one; each holds the given notes starting in its next
+    ``infill_after_steps`` (pitch, onset, length), and no AHEAD is written."""
+    reach = tokenizer.config.infill_after_steps
+    now, last, inside, at_gap, read = 0, -reach, False, 0, []
+    for token in ids:
+        event = tokenizer.token_to_event(token)
+        assert event.kind != "AHEAD"
+        if event.kind in ("BOS", "STYLE", "KEY", "METER", "DENSITY"):
+            continue
+        due = not inside and now >= last + reach  # time arrived where a block must come
+        assert due == (event.kind == "GAP"), (event, now, last)
+        if event.kind == "GAP":
+            inside, at_gap, last = True, now, now
+        elif event.kind == "MIDDLE":
+            inside, now = False, at_gap
+        elif event.kind == "TIME_SHIFT":
+            now += event.value
+        elif event.kind == "PITCH" and inside:
+            pitch = event.value
+        elif event.kind == "DURATION" and inside:
+            read.append((pitch % 128, now, event.value))
+            assert at_gap <= now < at_gap + reach
+    assert sorted(read) == exact(given)
 
 
 def assert_given_ahead(tokenizer: MidiDurationTokenizer, ids: list[int], given: np.ndarray) -> None:
@@ -170,7 +203,7 @@ def _decode_once(model, task: str, seed: int, rule: bool, tokenizer: MidiDuratio
     if task == "harmonize":
         given = np.column_stack([line, np.zeros(len(line))])
         ids = harmonize(model, tokenizer, given, parts=[1, 2, 3], max_new_tokens=1500, top_p=0.95,
-                        generator=generator, avoid_parallels=rule)  # fmt: skip
+                        generator=generator, avoid_parallels=rule, lookahead=RICHEST[id(tokenizer)])  # fmt: skip
     else:
         piece = np.concatenate([two_parts(rng, 12.0), np.column_stack([line, np.full(len(line), 2.0)])])
         given = piece[piece[:, 4] == 2]

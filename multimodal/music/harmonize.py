@@ -15,7 +15,14 @@ exactly, by construction, and the model only adds to the other parts:
   (:class:`~multimodal.music.voice_leading.ParallelsRule`).
 
 The model sees each given note when its onset comes, not before (no look-ahead): a causal model
-trained on whole pieces harmonizes what it has heard so far, as a player sight-reading the tune.
+trained on whole pieces harmonizes what it has heard so far, as a player sight-reading the tune. A
+model fine-tuned to read given notes ahead (``configs/music_given_notes.yaml``) can also be shown what
+comes: ``lookahead="ahead"`` writes each melody note ``AHEAD`` of it among the others
+(:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_anticipated`); ``"blocks"``
+reads the melody's next seconds in a ``GAP AFTER … MIDDLE`` block each time they run out
+(:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_read_ahead`) and still feeds
+each note at its onset. Both scored the real lower voices worse than sight-reading (docs/benchmarks.md),
+which stays the default.
 :func:`infill` is the same decoder with a window: the notes of the chosen parts that start in the
 span are rewritten, the music before it and after it is given, and a new note ends by the span's
 end, so none hangs across the seam. With a vocabulary that has ``GAP AFTER MIDDLE`` ids
@@ -74,6 +81,7 @@ def harmonize(
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
+    lookahead: str | None = None,
     **options: Any,
 ) -> list[int]:
     """Writes the other parts around ``given`` notes; returns the ids (BOS, controls, given and new notes).
@@ -90,9 +98,14 @@ def harmonize(
         generator: Draws the samples.
         avoid_parallels: One note at a time in each written part, and no new pitch that makes
             parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
+        lookahead: How the model sees the given notes before they sound (module docstring): ``"none"``
+            (the default: sight-reading, each note at its onset only), ``"ahead"`` (AHEAD ids) or
+            ``"blocks"`` (``GAP AFTER MIDDLE`` ids). Sight-reading is the default because it scored the
+            real lower voices best with every given-notes model measured (docs/benchmarks.md).
 
     Raises:
-        ValueError: A tokenizer without parts, or ``parts`` that overlap the given ones.
+        ValueError: A tokenizer without parts, ``parts`` that overlap the given ones, or a ``lookahead``
+            the vocabulary cannot write.
     """
     num_parts = getattr(tokenizer.config, "num_parts", 1)
     if num_parts < 2:
@@ -101,9 +114,17 @@ def harmonize(
     allowed = [part for part in range(num_parts) if part not in given_parts] if parts is None else list(parts)
     if set(allowed) & set(given_parts) or not allowed or not all(0 <= part < num_parts for part in allowed):
         raise ValueError(f"parts {allowed}: choose among 0..{num_parts - 1}, none of the given parts {given_parts}")
+    can = {"blocks": getattr(tokenizer.config, "infill_after_steps", 0) > 0,
+           "ahead": getattr(tokenizer.config, "anticipation_steps", 0) > 0, "none": True}  # fmt: skip
+    lookahead = "none" if lookahead is None else lookahead
+    if not can.get(lookahead, False):
+        needs = {"blocks": "GAP AFTER MIDDLE ids (data.infill_after_seconds)", "ahead": "AHEAD ids (data.anticipation_seconds)"}
+        raise ValueError(f"lookahead {lookahead!r}: " + (f"this model's vocabulary has no {needs[lookahead]}"
+                         if lookahead in needs else "choose blocks, ahead or none"))  # fmt: skip
     return constrained_decode(model, tokenizer, given, allowed, (0.0, float(given[:, 2].max())), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, **options)  # fmt: skip
+                              avoid_parallels=avoid_parallels, announce=lookahead == "ahead",
+                              read_ahead=lookahead == "blocks", **options)  # fmt: skip
 
 
 def infill(
@@ -176,6 +197,8 @@ def constrained_decode(
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
     block: tuple[float, np.ndarray] | None = None,
+    announce: bool = True,
+    read_ahead: bool = False,
     **options: Any,
 ) -> list[int]:
     """Samples notes of ``parts`` inside ``window`` (seconds) around ``given`` notes written exactly.
@@ -192,12 +215,20 @@ def constrained_decode(
     (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.infill_block`) and goes on from the
     last onset before it, as :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`
     writes a gap ``[split, end)``: only the given notes in ``[split, end)`` come ahead, the block's notes are
-    not fed again, and after it time stops at the window's end. Returns the ids, from BOS.
+    not fed again, and after it time stops at the window's end. ``announce``: with AHEAD ids, the given notes
+    from the window on are also written ahead (False: at their onsets only). ``read_ahead``: with infilling
+    ids, each time time arrives ``infill_after_steps`` or more after the last block (and at the start), the
+    decoder reads ``GAP AFTER [the given notes of the next infill_after_steps] MIDDLE`` and goes on from
+    there, as :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_read_ahead` writes
+    them (no notes ahead then). Returns the ids, from BOS.
     """
     sampling = SamplingConfig.of(sampling, **options)
     step = tokenizer.config.time_step
     first, last = round(window[0] / step), round(window[1] / step)
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
+    if read_ahead and not getattr(tokenizer.config, "infill_after_steps", 0):
+        raise ValueError("read_ahead needs a vocabulary with GAP AFTER MIDDLE ids (infill_after_steps > 0)")
+    read_from = given if read_ahead else None  # the notes read ahead in blocks
     split = None if block is None else round(block[0] / step)  # where the block is read (None: no block)
     if block is not None and len(given):  # the block writes the music of its seconds after the window: not fed again
         onset = np.rint(given[:, 1] / step)
@@ -206,7 +237,8 @@ def constrained_decode(
     # with AHEAD ids the given notes from the window on are also written ahead (the music before it sounds);
     # with a block, only those between its split and the window's end, after it
     announced = given[given[:, 1] >= window[0]] if block is None else given[(given[:, 1] >= block[0]) & (given[:, 1] < window[1])]
-    announcer = AheadAnnouncer(tokenizer, announced) if anticipating and len(announced) else None
+    announcing = anticipating and announce and not read_ahead and len(announced)
+    announcer = AheadAnnouncer(tokenizer, announced) if announcing else None
     banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
     # given notes of the parts the model writes (a note sounding into an infill span): the model may not
     # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
@@ -228,6 +260,7 @@ def constrained_decode(
     ids, time, next_group, sampled, note_ahead = list(head), 0, 0, 0, 0
     queue = announcer.due(time) if announcer is not None and block is None else []
     block_read, in_block, before_gap, loudness = block is None, False, 0, None  # the block; the time GAP found
+    next_read = 0  # read_ahead: the step from which time's next arrival reads a block
 
     def read_block() -> list[int]:  # GAP … AFTER … MIDDLE from here, in place of a shift that would reach the split
         return tokenizer.infill_block(block[1], time, window[1], loudness)[0].tolist()
@@ -247,7 +280,10 @@ def constrained_decode(
                     stop = last if block_read else split
                     next_onset = stop if next_onset is None else min(next_onset, stop)
                 if not queue and not after_pitch:
-                    if not block_read and not in_block and time >= split:
+                    if read_from is not None and not in_block and time >= next_read:  # time arrived: the next seconds
+                        queue = tokenizer.infill_block(read_from, time, time * step, loudness)[0].tolist()
+                        next_read = time + tokenizer.config.infill_after_steps
+                    elif not block_read and not in_block and time >= split:
                         queue = read_block()  # a span from the piece's start
                     elif next_onset == time:
                         queue = list(groups[next_group][1])  # the given notes of this onset, as the model writes them
@@ -292,13 +328,14 @@ def constrained_decode(
                     time += token - tokenizer.time_shift_offset + 1
                     if announcer is not None and block_read and not in_block:  # time arrived: notes due ahead come first
                         queue = announcer.due(time) + queue
-                elif block is not None and token >= tokenizer.infill_offset:
+                elif (block is not None or read_from is not None) and token >= tokenizer.infill_offset:
                     if token == tokenizer.infill_id("GAP"):
                         in_block, before_gap = True, time
                     elif token == tokenizer.infill_id("MIDDLE"):
-                        in_block, block_read, time = False, True, before_gap
-                        if announcer is not None:  # the gap's given notes ahead, from where time went back to
+                        in_block, time = False, before_gap
+                        if not block_read and announcer is not None:  # the gap's given notes ahead, from where time went back to
                             queue = announcer.due(time) + queue
+                        block_read = True
                 elif tokenizer.velocity_offset <= token < tokenizer.pitch_offset and not (
                         anticipating and tokenizer.ahead_offset <= ids[-1] < tokenizer.infill_offset):  # fmt: skip
                     loudness = token - tokenizer.velocity_offset  # the written notes' loudness (not a note ahead's)

@@ -75,6 +75,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                               "20s), keeping everything before and after")  # fmt: skip
     harmony.add_argument("--avoid-parallels", action="store_true",
                          help="never write parallel fifths or octaves against another part (a decoding rule)")
+    harmony.add_argument("--lookahead", choices=["blocks", "ahead", "none"], default=None,
+                         help="--harmonize: how the model sees the melody before it sounds: read in blocks of the "
+                              "next seconds, each note written ahead, or not at all (default: none, sight-reading, "
+                              "which scored best; the others need a given-notes model, docs/music.md)")  # fmt: skip
     directed = parser.add_argument_group("controls (models trained with data.controls: true; docs/music.md)")
     directed.add_argument("--style", type=_control(parse_style), help=f"one of: {', '.join(STYLES)}")
     directed.add_argument("--key", type=_control(parse_key), help="tonic and mode, e.g. 'G minor', 'Bb major'")
@@ -106,6 +110,8 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         raise ValueError("--key-emphasis: leans towards the --key's tonic chord; give --key too")
     if args.avoid_parallels and args.harmonize is None and args.infill is None:
         raise ValueError("--avoid-parallels: a rule of --harmonize and --infill; give one of them")
+    if args.lookahead is not None and args.harmonize is None:
+        raise ValueError("--lookahead: an option of --harmonize")
     if args.harmonize is not None:
         _harmonize(model, tokenizer, args)
         return
@@ -146,12 +152,16 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         raise ValueError("--harmonize takes neither --num-beams nor --primer")
     melody_part = _part(tokenizer, args.melody_part, "--melody-part")
     parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
+    needs = {"blocks": "infill_after_steps", "ahead": "anticipation_steps"}.get(args.lookahead)
+    if needs is not None and not getattr(tokenizer.config, needs, 0):
+        raise ValueError(f"--lookahead: this model cannot read a melody {args.lookahead!r} (its vocabulary has no "
+                         "such ids; fine-tune it with configs/music_given_notes.yaml, docs/music.md)")  # fmt: skip
     melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
     paths = harmonize_to_files(
         model, tokenizer, melody, args.out, _sampling(args, tokenizer), melody_part=melody_part, parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
-        avoid_parallels=args.avoid_parallels,
+        avoid_parallels=args.avoid_parallels, lookahead=args.lookahead,
     )  # fmt: skip
     print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
     for path in paths:

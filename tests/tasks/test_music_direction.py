@@ -37,7 +37,7 @@ def chorales(tmp_path, monkeypatch):
     return root
 
 
-def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chorales, tmp_path, capsys):
+def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chorales, tmp_path, capsys, monkeypatch):
     fit = ["fit", "--config", CONFIGS / "music_continuation.yaml", "--config", CONFIGS / "music_continuation_tiny.yaml",
            "--data.init_args.collections=[bach]", "--data.init_args.num_parts=4", "--data.init_args.controls=true",
            f"--data.init_args.part_names=[{','.join(SATB)}]", "--data.init_args.validation_percent=30",
@@ -131,6 +131,12 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     *_, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True,
                                           avoid_parallels=True)  # fmt: skip
     assert "tune.mid: 8 notes kept as the Soprano" in message  # the page's upload, harmonized
+    from test_reliability import one_line_error
+
+    line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "y", "--harmonize",
+                           tmp_path / "tune.mid", "--lookahead", "blocks"], capsys, monkeypatch)  # fmt: skip
+    assert line.startswith("error: --lookahead: this model cannot read a melody 'blocks'")
+    assert not (tmp_path / "y").exists()
 
 
 def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chorales, tmp_path, capsys, monkeypatch):
@@ -156,6 +162,9 @@ def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chor
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--avoid-parallels"],
                           capsys, monkeypatch)  # fmt: skip
     assert line.startswith("error: --avoid-parallels: a rule of --harmonize and --infill")
+    line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--lookahead", "blocks"],
+                          capsys, monkeypatch)  # fmt: skip
+    assert line.startswith("error: --lookahead: an option of --harmonize")
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "x", "--key-emphasis", "1"],
                           capsys, monkeypatch)  # fmt: skip
     assert line.startswith("error: --key-emphasis: leans towards the --key's tonic chord")

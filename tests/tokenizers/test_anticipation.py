@@ -157,3 +157,35 @@ def test_the_mask_covers_each_given_note_twice_ahead_and_at_its_onset():
     assert ids[~ahead].tolist() == plain.tolist()  # time shifts included: the notes ahead never cut one
     empty_ids, empty_mask = TOKENIZER.encode_anticipated(notes, notes[:0])
     assert empty_ids.tolist() == TOKENIZER.encode_notes_array(notes).tolist() and not empty_mask.any()
+
+
+READING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=AHEAD,
+                                                            infill_after_steps=400))  # fmt: skip
+"""Given notes read ahead in blocks of 4 s (``encode_read_ahead``)."""
+
+
+@pytest.mark.parametrize("name", ["bwv269", "bwv347"])
+def test_read_ahead_blocks_leave_the_plain_sequence_and_hold_the_next_seconds_of_the_given_parts(name):
+    """The soprano of real chorales read ahead in blocks: the ids outside the blocks are the plain sequence of
+    the whole chorale (loudness aside: a block sets it), the whole decodes to the chorale, the mask holds the
+    blocks and the soprano's rows, and walking the ids (as the decoder's test does) each block comes when time
+    first arrives 4 s after the last one and holds the soprano notes of its 4 s."""
+    from test_harmonize import assert_read_ahead
+
+    notes = chorale(name)
+    soprano, lower = notes[notes[:, 4] == 0], notes[notes[:, 4] != 0]
+    ids, mask = READING.encode_read_ahead(lower, soprano)
+    plain = READING.encode_notes_array(notes)
+    gap, middle = (ids == READING.infill_id(event) for event in ("GAP", "MIDDLE"))
+    block = (np.cumsum(gap) > np.cumsum(middle)) | middle
+    is_velocity = lambda seq: (seq >= READING.velocity_offset) & (seq < READING.pitch_offset)  # noqa: E731
+    outside = ids[~block]
+    assert outside[~is_velocity(outside)].tolist() == plain[~is_velocity(plain)].tolist()
+    np.testing.assert_array_equal(READING.decode_notes(ids), READING.decode_notes(plain))
+    assert mask[block].all() and gap.sum() >= 4
+    given_rows = READING.decode_notes(np.r_[READING.shift_ids(0), ids[~block & ~mask]])
+    np.testing.assert_array_equal(given_rows[:, [0, 1, 2, 4]],
+                                  READING.decode_notes(READING.encode_notes_array(lower))[:, [0, 1, 2, 4]])  # fmt: skip
+    assert_read_ahead(READING, ids.tolist(), soprano)
+    with pytest.raises(ValueError, match="no GAP / AFTER / MIDDLE ids"):
+        TOKENIZER.encode_read_ahead(lower, soprano)
