@@ -94,7 +94,15 @@ def main() -> None:
     parser.add_argument("--by-kind", type=Path, metavar="CHECKPOINT",
                         help="print one checkpoint's harmonization NLL split into time shifts and the other ids "
                              "(soprano at its onsets / ahead / none; the --stage's chorales) and stop")  # fmt: skip
+    parser.add_argument("--after-block", type=Path, metavar="CHECKPOINT",
+                        help="print one checkpoint's harmonization NLL per lower-voice id with the soprano read ahead "
+                             "in blocks against sight-reading, by how many ids after a block's MIDDLE it comes "
+                             "(the --stage's chorales) and stop")  # fmt: skip
     args = parser.parse_args()
+    if args.after_block:
+        torch.set_num_threads(2)
+        print(json.dumps(after_block(args.after_block, "val" if args.stage == "select" else "test")))
+        return
     if args.table:
         print(table(load(args.out)))
         return
@@ -276,6 +284,43 @@ def by_kind(checkpoint: Path, split: str) -> dict:
     return {"checkpoint": str(checkpoint), "split": split, "lower_notes": notes_scored,
             **{f"{case}_{kind}": round(float(total[column]) / max(notes_scored, 1), 3) for case, total in sums.items()
                for column, kind in enumerate(("shifts", "other_ids"))}}  # fmt: skip
+
+
+def after_block(checkpoint: Path, split: str, edges: tuple[int, ...] = (0, 5, 10, 20, 40)) -> dict:
+    """Nats per lower-voice id of ``split``'s Bach chorales, as the decoder writes them, with the soprano read ahead
+    in blocks (``encode_read_ahead``) and sight-read (the plain sequence), by the number of ids since the last
+    block's ``MIDDLE`` (bins from ``edges``): where a block costs or helps. The written ids are the same in
+    both sequences, in the same order."""
+    from tasks.checkpoint import load_task
+
+    task, tokenizer, data = load_task(checkpoint)
+    model, seq_len = task.model.eval(), int(data.get("seq_len", 256))
+    lower_parts = list(range(1, tokenizer.config.num_parts))
+    sums = np.zeros((len(edges), 3))  # per bin: blocks, sight-reading, ids
+    pieces = run_split(data, split)
+    for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True):
+        if not name.startswith("bach/") or len(np.unique(notes[:, 4])) < 2 or not (notes[:, 4] == 0).any():
+            continue
+        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+        soprano, lower = notes[notes[:, 4] == 0], notes[notes[:, 4] != 0]
+        end = float(tokenizer.decode_notes(tokenizer.encode_notes_array(notes))[:, 2].max())
+        plain = tokenizer.encode_notes_array(notes)
+        fed = soprano_rows(tokenizer, plain)
+        sight = decoder_nll(model, tokenizer, head, plain, fed, ~fed, lower_parts, seq_len, end, each=True)
+        ids, given = tokenizer.encode_read_ahead(lower, soprano)
+        blocks = decoder_nll(model, tokenizer, head, ids, given, ~given, lower_parts, seq_len, end, each=True)
+        middles = np.flatnonzero(ids == tokenizer.infill_id("MIDDLE"))
+        since = np.arange(len(ids)) - middles[np.searchsorted(middles, np.arange(len(ids)), side="right") - 1]
+        written_blocks, written_sight = blocks[~given], sight[~fed]
+        if len(written_blocks) != len(written_sight):
+            raise AssertionError(f"{name}: the two sequences write different ids")
+        where = np.searchsorted(edges, since[~given], side="right") - 1
+        np.add.at(sums, where, np.column_stack([written_blocks, written_sight, np.ones(len(where))]))
+    return {"checkpoint": str(checkpoint), "split": split, **{
+        f"ids_{low}_{'on' if high is None else high - 1}_after_block": {
+            "ids": int(total[2]), "blocks": round(total[0] / max(total[2], 1), 3),
+            "sight_reading": round(total[1] / max(total[2], 1), 3)}
+        for (low, high), total in zip(zip(edges, [*edges[1:], None], strict=True), sums, strict=True)}}  # fmt: skip
 
 
 def run_split(data: dict, split: str):

@@ -332,6 +332,11 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
         assert kinds[f"{case}_shifts"] >= 0 and kinds[f"{case}_other_ids"] > 0
     total = kinds["ahead_shifts"] + kinds["ahead_other_ids"]
     assert total == pytest.approx(row["harmonization_given_decoder_nats_per_note"], abs=2e-3)
+    seams = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--after-block",
+                            row["checkpoint"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert seams.returncode == 0, seams.stderr[-3000:]
+    bins = [value for key, value in json.loads(seams.stdout.strip().splitlines()[-1]).items() if key.startswith("ids_")]
+    assert sum(b["ids"] for b in bins) > 0 and all(b["blocks"] > 0 and b["sight_reading"] > 0 for b in bins if b["ids"])
 
 
 @pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it
