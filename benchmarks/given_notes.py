@@ -36,6 +36,7 @@ mean ± sd over seeds. Alone on the machine::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -133,9 +134,18 @@ def main() -> None:
     print(table(load(args.out)))
 
 
+def run_name(seed: int, settings: list[str]) -> str:
+    """The run folder's name: the seed, and with ``--set`` options a digest of them, so that a run with other
+    settings is never resumed (a finished one would be measured again as if trained with these)."""
+    if not settings:
+        return f"seed{seed}"
+    return f"seed{seed}-" + hashlib.sha256("\0".join(settings).encode()).hexdigest()[:8]
+
+
 def train(seed: int, args: argparse.Namespace) -> Path:
     """Fits (or resumes) seed ``seed``'s run; returns its best checkpoint (chosen on validation)."""
-    run = args.root / "lightning_logs" / f"seed{seed}"
+    name = run_name(seed, args.set)
+    run = args.root / "lightning_logs" / name
     configs = ["--config", str(CONFIGS / "music_continuation.yaml"), "--config", str(CONFIGS / "pretrained" / "music.yaml"),
                "--config", str(CONFIGS / "music_given_notes.yaml")]  # fmt: skip
     if args.tiny:  # a tiny model from scratch: the shipped weights do not fit its size
@@ -143,7 +153,7 @@ def train(seed: int, args: argparse.Namespace) -> Path:
     command = [sys.executable, "-m", "tasks.cli", "fit", *configs, "--seed_everything", str(seed),
                "--data.init_args.seed", str(seed), "--trainer.max_steps", str(args.steps), "--trainer.max_time", "null",
                "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(args.root),
-               "--run_name", f"seed{seed}", *args.set]  # fmt: skip
+               "--run_name", name, *args.set]  # fmt: skip
     if (run / "checkpoints" / "last.ckpt").is_file():
         command += ["--ckpt_path", "last"]  # an interrupted run resumes; a finished one stops at once
     subprocess.run(command, cwd=ROOT, check=True)
