@@ -171,18 +171,14 @@ def measure(checkpoint: Path, args: argparse.Namespace) -> dict:
     seq_len = int(data.get("seq_len", 256))
     shipped = None if args.tiny else load_task(resolve_model("music"))[0].model.eval()
     pieces = run_split(data, "val" if args.stage == "select" else "test")
-    chorales = [(notes, controls) for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True)
-                if name.startswith("bach/") and len(np.unique(notes[:, 4])) >= 2 and (notes[:, 4] == 0).any()]  # fmt: skip
+    chorales = list(soprano_chorales(tokenizer, pieces))
     nll = dict.fromkeys(["given", "alone", "sight", "given_raw", "alone_raw", "both", "left", "both_raw", "left_raw",
                          "plain", "plain_shipped", "both_late", "left_late", "blocks"], 0.0)  # fmt: skip
     harmony_notes, plain_notes, span_notes, late_notes, spans = 0, 0, 0, 0, 0
     ahead = tokenizer.config.anticipation_steps * tokenizer.config.time_step  # seconds a given note comes ahead
     lower_parts = list(range(1, tokenizer.config.num_parts))
-    for notes, controls in chorales:
-        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+    for _, notes, head, end in chorales:
         soprano, lower = notes[notes[:, 4] == 0], notes[notes[:, 4] != 0]
-        # the decoder's window: a new note ends by the chorale's end as written (lengths rounded to the vocabulary's)
-        end = float(tokenizer.decode_notes(tokenizer.encode_notes_array(notes))[:, 2].max())
         ids, is_given = tokenizer.encode_anticipated(lower, soprano)
         nll["given"] += decoder_nll(model, tokenizer, head, ids, is_given, ~is_given, lower_parts, seq_len, end)
         nll["given_raw"] += written_nll(model, head, ids, ~is_given, seq_len)
@@ -275,13 +271,8 @@ def by_kind(checkpoint: Path, split: str) -> dict:
     model, seq_len = task.model.eval(), int(data.get("seq_len", 256))
     lower_parts = list(range(1, tokenizer.config.num_parts))
     sums, notes_scored = {case: np.zeros(2) for case in ("at_onsets", "ahead", "alone")}, 0
-    pieces = run_split(data, split)
-    for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True):
-        if not name.startswith("bach/") or len(np.unique(notes[:, 4])) < 2 or not (notes[:, 4] == 0).any():
-            continue
-        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+    for _, notes, head, end in soprano_chorales(tokenizer, run_split(data, split)):
         soprano, lower = notes[notes[:, 4] == 0], notes[notes[:, 4] != 0]
-        end = float(tokenizer.decode_notes(tokenizer.encode_notes_array(notes))[:, 2].max())
         plain_ids = tokenizer.encode_notes_array(notes)
         lower_ids = tokenizer.encode_notes_array(lower)
         for case, (ids, fed) in {"at_onsets": (plain_ids, soprano_rows(tokenizer, plain_ids)),
@@ -307,13 +298,8 @@ def after_block(checkpoint: Path, split: str, edges: tuple[int, ...] = (0, 5, 10
     model, seq_len = task.model.eval(), int(data.get("seq_len", 256))
     lower_parts = list(range(1, tokenizer.config.num_parts))
     sums = np.zeros((len(edges), 3))  # per bin: blocks, sight-reading, ids
-    pieces = run_split(data, split)
-    for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True):
-        if not name.startswith("bach/") or len(np.unique(notes[:, 4])) < 2 or not (notes[:, 4] == 0).any():
-            continue
-        head = [tokenizer.bos_id, *tokenizer.control_ids(controls)]
+    for name, notes, head, end in soprano_chorales(tokenizer, run_split(data, split)):
         soprano, lower = notes[notes[:, 4] == 0], notes[notes[:, 4] != 0]
-        end = float(tokenizer.decode_notes(tokenizer.encode_notes_array(notes))[:, 2].max())
         plain = tokenizer.encode_notes_array(notes)
         fed = soprano_rows(tokenizer, plain)
         sight = decoder_nll(model, tokenizer, head, plain, fed, ~fed, lower_parts, seq_len, end, each=True)
@@ -331,6 +317,16 @@ def after_block(checkpoint: Path, split: str, edges: tuple[int, ...] = (0, 5, 10
             "ids": int(total[2]), "blocks": round(total[0] / max(total[2], 1), 3),
             "sight_reading": round(total[1] / max(total[2], 1), 3)}
         for (low, high), total in zip(zip(edges, [*edges[1:], None], strict=True), sums, strict=True)}}  # fmt: skip
+
+
+def soprano_chorales(tokenizer, pieces):
+    """Yields ``(name, notes, head, end)`` for each Bach chorale of ``pieces`` with a soprano and another part: its
+    notes ``(n, 5)``, the ids it opens with (BOS and its controls) and the harmonize decoder's window end in seconds
+    (a new note ends by the chorale's end as written, lengths rounded to the vocabulary's)."""
+    for name, notes, controls in zip(pieces.names, pieces.notes, pieces.controls, strict=True):
+        if name.startswith("bach/") and len(np.unique(notes[:, 4])) >= 2 and (notes[:, 4] == 0).any():
+            end = float(tokenizer.decode_notes(tokenizer.encode_notes_array(notes))[:, 2].max())
+            yield name, notes, [tokenizer.bos_id, *tokenizer.control_ids(controls)], end
 
 
 def run_split(data: dict, split: str):
