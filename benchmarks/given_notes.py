@@ -396,10 +396,44 @@ def table(rows: list[dict]) -> str:
                                                 if row.get("read_after") is not None else ""),
                DECODER_FIELD in row, row.get("base", ""))  # fmt: skip
         groups.setdefault(key, []).append(row)
-    return "\n\n".join(f"{encoding} ({ENCODINGS[encoding]}), {stage}, {steps} steps{', ' + extra if extra else ''}"
-                       f"{'' if decoder else ' (raw scores only: measured before the decoder scores)'}, from "
-                       f"{'scratch (tiny)' if base == 'none' else 'the shipped model ' + base if base else 'the first-stage shipped model'}:\n\n" + _group_table(group)
-                       for (encoding, stage, steps, extra, decoder, base), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
+    tables = "\n\n".join(f"{encoding} ({ENCODINGS[encoding]}), {stage}, {steps} steps{', ' + extra if extra else ''}"
+                         f"{'' if decoder else ' (raw scores only: measured before the decoder scores)'}, from "
+                         f"{'scratch (tiny)' if base == 'none' else 'the shipped model ' + base if base else 'the first-stage shipped model'}:\n\n" + _group_table(group)
+                         for (encoding, stage, steps, extra, decoder, base), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
+    return tables + against_unconditioned(rows)
+
+
+UNCONDITIONED = ["--data.init_args.given_notes.given_share=0.0", "--data.init_args.given_notes.infill_share=0.0",
+                 "--data.init_args.given_notes.part_drop_share=0.5"]  # fmt: skip
+"""The ``--set`` options of the issue's baseline: the same fine-tuning with no notes given (half the windows plain,
+half with parts left out)."""
+
+
+def against_unconditioned(rows: list[dict]) -> str:
+    """Issue 31's harmonization measure by its own definition: the lower voices with the soprano sight-read by a
+    given-notes model against the lower voices alone read by an unconditioned model of the same size and budget —
+    the run with the same ``--set`` options and :data:`UNCONDITIONED` — paired by stage, steps, base, read_after,
+    other settings and seed; mean ± sd."""
+    at_onsets, alone = "harmonization_at_onsets_decoder_nats_per_note", "harmonization_alone_decoder_nats_per_note"
+    key = lambda row, settings: (row.get("stage"), row["steps"], row.get("base"), row.get("read_after"),  # noqa: E731
+                                 row.get("encoding"), tuple(settings))  # fmt: skip
+    baselines = {(*key(row, [o for o in row["set"] if o not in UNCONDITIONED]), row["seed"]): row for row in rows
+                 if set(UNCONDITIONED) <= set(row.get("set", [])) and alone in row}  # fmt: skip
+    pairs: dict[tuple, list[tuple[dict, dict]]] = {}
+    for row in rows:
+        other = baselines.get((*key(row, row.get("set", [])), row["seed"]))
+        if other is not None and other is not row and at_onsets in row:
+            pairs.setdefault(key(row, row.get("set", [])), []).append((row, other))
+    lines = []
+    for (stage, steps, base, read_after, encoding, _), group in sorted(pairs.items(), key=str):
+        lines += [f"\n\nagainst an unconditioned model of the same size and budget ({encoding}, {stage}, {steps} steps, "
+                  f"base {base}, read_after {read_after}):\n",
+                  "| seeds | the soprano sight-read (config's model) | alone (unconditioned model) | reduction |",
+                  "|---:|---:|---:|---:|",
+                  f"| {len(group)} | {spread([row[at_onsets] for row, _ in group], 3)} | "
+                  f"{spread([other[alone] for _, other in group], 3)} | "
+                  f"{spread([1 - row[at_onsets] / other[alone] for row, other in group], 3)} |"]  # fmt: skip
+    return "\n".join(lines)
 
 
 def _group_table(rows: list[dict]) -> str:

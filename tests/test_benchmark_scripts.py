@@ -322,11 +322,17 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| harmonization: alto, tenor, bass, as the decoder writes them" in again.stdout
-    other = subprocess.run([*tiny, "--model.init_args.optimizer.init_args.lr=0.0003"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    # the baseline, an unconditioned model: other settings, trained in a folder of their own (not the
+    # finished run measured again), and paired with the first run in the table
+    unconditioned = ["--data.init_args.given_notes.given_share=0.0", "--data.init_args.given_notes.infill_share=0.0",
+                     "--data.init_args.given_notes.part_drop_share=0.5"]  # fmt: skip
+    other = subprocess.run([*tiny, *unconditioned], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert other.returncode == 0, other.stderr[-3000:]
-    rows = _rows(out)  # other settings: trained in a folder of their own, not the finished run measured again
+    rows = _rows(out)
     assert len(rows) == 2 and rows[1]["checkpoint"] != row["checkpoint"] and (ROOT / rows[1]["checkpoint"]).is_file()
+    paired = other.stdout.split("against an unconditioned model of the same size and budget")[1].splitlines()[4]
+    cut = 1 - row["harmonization_at_onsets_decoder_nats_per_note"] / rows[1]["harmonization_alone_decoder_nats_per_note"]
+    assert paired.split("|")[-2].strip() == f"{cut:.3f}"
     assert "| harmonization, the soprano at its onsets and read ahead in blocks" in again.stdout
     split = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--by-kind", row["checkpoint"]],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
