@@ -121,8 +121,9 @@ def test_data_module_infill_options_reach_the_vocabulary_and_are_checked():
                            given_notes={"given_share": 0.5, "infill_share": 0.3, "infill_seconds": [1.0, 2.0]})  # fmt: skip
     assert data.tokenizer.config.infill_after_steps == 80 and data.given_notes.infill_seconds == (1.0, 2.0)
     assert data.tokenizer.vocab_size == data.tokenizer.infill_offset + 3  # GAP AFTER MIDDLE after AHEAD_0..20
-    with pytest.raises(ValueError, match="infill_share needs infill_after_seconds"):
-        MusicDataModule(collections=["monteverdi"], vocabulary="duration", anticipation_seconds=1.0,
-                        given_notes={"infill_share": 0.3})  # fmt: skip
+    for share in ("infill_share", "read_ahead_share"):  # both need GAP AFTER MIDDLE ids
+        with pytest.raises(ValueError, match="infill_share and read_ahead_share need infill_after_seconds"):
+            MusicDataModule(collections=["monteverdi"], vocabulary="duration", anticipation_seconds=1.0,
+                            given_notes={share: 0.3})  # fmt: skip
     with pytest.raises(ValueError, match="infill_after_seconds=2.0: infilling needs vocabulary: duration"):
         MusicDataModule(infill_after_seconds=2.0)
