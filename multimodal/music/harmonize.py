@@ -50,6 +50,18 @@ from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.music_controls import Controls
 from multimodal.viz import piano_roll_png
 
+LOOKAHEAD_IDS = {"none": (None, "ids"), "ahead": ("anticipation_steps", "AHEAD ids (data.anticipation_seconds)"),
+                 "blocks": ("infill_after_steps", "GAP AFTER MIDDLE ids (data.infill_after_seconds)")}  # fmt: skip
+"""Each way :func:`harmonize` shows the model given notes: the tokenizer setting its ids need (None: none), and
+what they are called in a message."""
+
+
+def can_look_ahead(tokenizer: MidiDurationTokenizer, lookahead: str) -> bool:
+    """Whether ``tokenizer``'s vocabulary can write given notes the ``lookahead`` way (:data:`LOOKAHEAD_IDS`)."""
+    setting = LOOKAHEAD_IDS[lookahead][0]
+    return setting is None or getattr(tokenizer.config, setting, 0) > 0
+
+
 REREAD_SECONDS = 1.0
 """With infilling ids, :func:`infill` reads the music after the span this long before the span starts and reads
 that second again after it (chosen on validation among 0-2 s: docs/benchmarks.md)."""
@@ -114,13 +126,11 @@ def harmonize(
     allowed = [part for part in range(num_parts) if part not in given_parts] if parts is None else list(parts)
     if set(allowed) & set(given_parts) or not allowed or not all(0 <= part < num_parts for part in allowed):
         raise ValueError(f"parts {allowed}: choose among 0..{num_parts - 1}, none of the given parts {given_parts}")
-    can = {"blocks": getattr(tokenizer.config, "infill_after_steps", 0) > 0,
-           "ahead": getattr(tokenizer.config, "anticipation_steps", 0) > 0, "none": True}  # fmt: skip
     lookahead = "none" if lookahead is None else lookahead
-    if not can.get(lookahead, False):
-        needs = {"blocks": "GAP AFTER MIDDLE ids (data.infill_after_seconds)", "ahead": "AHEAD ids (data.anticipation_seconds)"}
-        raise ValueError(f"lookahead {lookahead!r}: " + (f"this model's vocabulary has no {needs[lookahead]}"
-                         if lookahead in needs else "choose blocks, ahead or none"))  # fmt: skip
+    if lookahead not in LOOKAHEAD_IDS:
+        raise ValueError(f"lookahead {lookahead!r}: choose {', '.join(LOOKAHEAD_IDS)}")
+    if not can_look_ahead(tokenizer, lookahead):
+        raise ValueError(f"lookahead {lookahead!r}: this model's vocabulary has no {LOOKAHEAD_IDS[lookahead][1]}")
     return constrained_decode(model, tokenizer, given, allowed, (0.0, float(given[:, 2].max())), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
                               avoid_parallels=avoid_parallels, announce=lookahead == "ahead",
@@ -228,7 +238,6 @@ def constrained_decode(
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
     if read_ahead and not getattr(tokenizer.config, "infill_after_steps", 0):
         raise ValueError("read_ahead needs a vocabulary with GAP AFTER MIDDLE ids (infill_after_steps > 0)")
-    read_from = given if read_ahead else None  # the notes read ahead in blocks
     split = None if block is None else round(block[0] / step)  # where the block is read (None: no block)
     if block is not None and len(given):  # the block writes the music of its seconds after the window: not fed again
         onset = np.rint(given[:, 1] / step)
@@ -280,8 +289,8 @@ def constrained_decode(
                     stop = last if block_read else split
                     next_onset = stop if next_onset is None else min(next_onset, stop)
                 if not queue and not after_pitch:
-                    if read_from is not None and not in_block and time >= next_read:  # time arrived: the next seconds
-                        queue = tokenizer.infill_block(read_from, time, time * step, loudness)[0].tolist()
+                    if read_ahead and not in_block and time >= next_read:  # time arrived: the given notes' next seconds
+                        queue = tokenizer.infill_block(given, time, time * step, loudness)[0].tolist()
                         next_read = time + tokenizer.config.infill_after_steps
                     elif not block_read and not in_block and time >= split:
                         queue = read_block()  # a span from the piece's start
@@ -328,7 +337,7 @@ def constrained_decode(
                     time += token - tokenizer.time_shift_offset + 1
                     if announcer is not None and block_read and not in_block:  # time arrived: notes due ahead come first
                         queue = announcer.due(time) + queue
-                elif (block is not None or read_from is not None) and token >= tokenizer.infill_offset:
+                elif (block is not None or read_ahead) and token >= tokenizer.infill_offset:
                     if token == tokenizer.infill_id("GAP"):
                         in_block, before_gap = True, time
                     elif token == tokenizer.infill_id("MIDDLE"):

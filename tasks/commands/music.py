@@ -29,7 +29,13 @@ from multimodal.music import (
     read_primer,
     score_music,
 )
-from multimodal.music.harmonize import check_melody, harmonize_to_files, infill_to_files
+from multimodal.music.harmonize import (
+    LOOKAHEAD_IDS,
+    can_look_ahead,
+    check_melody,
+    harmonize_to_files,
+    infill_to_files,
+)
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
@@ -75,7 +81,7 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                               "20s), keeping everything before and after")  # fmt: skip
     harmony.add_argument("--avoid-parallels", action="store_true",
                          help="never write parallel fifths or octaves against another part (a decoding rule)")
-    harmony.add_argument("--lookahead", choices=["blocks", "ahead", "none"], default=None,
+    harmony.add_argument("--lookahead", choices=list(LOOKAHEAD_IDS), default=None,
                          help="--harmonize: how the model sees the melody before it sounds: read in blocks of the "
                               "next seconds, each note written ahead, or not at all (default: none, sight-reading, "
                               "which scored best; the others need a given-notes model, docs/music.md)")  # fmt: skip
@@ -152,8 +158,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         raise ValueError("--harmonize takes neither --num-beams nor --primer")
     melody_part = _part(tokenizer, args.melody_part, "--melody-part")
     parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
-    needs = {"blocks": "infill_after_steps", "ahead": "anticipation_steps"}.get(args.lookahead)
-    if needs is not None and not getattr(tokenizer.config, needs, 0):
+    if args.lookahead is not None and not can_look_ahead(tokenizer, args.lookahead):
         raise ValueError(f"--lookahead: this model cannot read a melody {args.lookahead!r} (its vocabulary has no "
                          "such ids; fine-tune it with configs/music_given_notes.yaml, docs/music.md)")  # fmt: skip
     melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
