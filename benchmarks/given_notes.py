@@ -27,9 +27,13 @@ logits: parts, AHEAD and EOS banned, time stopped at given onsets, lengths withi
 :func:`multimodal.music.harmonize.decoder_token_nll`; the measure of the issue), and raw (every scored
 id as the model's softmax gives it). Every id is scored with up to the model's ``seq_len`` ids before
 it (windows moved by half of it, :func:`multimodal.music.token_nll`). Each seed appends one JSON line to ``--out``; ``--table`` prints
-mean ± sd over seeds. Alone on the machine::
+mean ± sd over seeds. ``--checkpoint`` measures a model trained elsewhere as it is (no fine-tuning: given notes
+from the first step, ``configs/pretrained/music_given_from_start.yaml``) and sets it against the unconditioned
+fine-tuned models. Alone on the machine::
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/given_notes.py --seeds 0 1 2
+    flock /tmp/bench.lock .venv/bin/python benchmarks/given_notes.py --read-after 5 \
+        --checkpoint outputs/pretrained_music_given_stage2/lightning_logs/version_0/checkpoints/best.ckpt
     .venv/bin/python benchmarks/given_notes.py --table
 """
 
@@ -99,7 +103,18 @@ def main() -> None:
                         help="print one checkpoint's harmonization NLL per lower-voice id with the soprano read ahead "
                              "in blocks against sight-reading, by how many ids after a block's MIDDLE it comes "
                              "(the --stage's chorales) and stop")  # fmt: skip
+    parser.add_argument("--checkpoint", type=Path,
+                        help="measure this checkpoint, trained elsewhere (no fine-tuning: e.g. given notes from the first "
+                             "step, configs/pretrained/music_given_from_start.yaml), once on the --stage's pieces, append "
+                             "its row to --out and stop")  # fmt: skip
     args = parser.parse_args()
+    if args.checkpoint:
+        if not args.checkpoint.is_file():
+            parser.error(f"--checkpoint {args.checkpoint}: no such file")
+        torch.set_num_threads(2)
+        measure_checkpoint(args)
+        print(table(load(args.out)))
+        return
     if args.after_block:
         torch.set_num_threads(2)
         print(json.dumps(after_block(args.after_block, "val" if args.stage == "select" else "test")))
@@ -132,6 +147,26 @@ def main() -> None:
         record(args.out, result, stage=args.stage)
         print(json.dumps(result))
     print(table(load(args.out)))
+
+
+def measure_checkpoint(args: argparse.Namespace) -> None:
+    """Measures ``args.checkpoint`` (a model trained elsewhere) once on the ``--stage``'s pieces and appends its row,
+    labelled ``trained`` by the checkpoint's path; a checkpoint already measured on that stage is not measured
+    again."""
+    from tasks.checkpoint import data_settings, read_checkpoint
+
+    label = str(args.checkpoint.resolve().relative_to(ROOT) if args.checkpoint.resolve().is_relative_to(ROOT)
+                else args.checkpoint)  # fmt: skip
+    if any(row.get("trained") == label and row.get("stage") == args.stage for row in load(args.out)):
+        print(f"{label}: already in {args.out}")
+        return
+    data = data_settings(args.checkpoint)
+    read_ahead = (data.get("given_notes") or {}).get("read_ahead_share", 0.0)
+    result = {"trained": label, "seed": data.get("seed"), "steps": int(read_checkpoint(args.checkpoint)["global_step"]),
+              "set": [], "encoding": "v6" if read_ahead else "v5", "base": "none", "read_after": args.read_after,
+              **measure(args.checkpoint, args)}  # fmt: skip
+    record(args.out, result, stage=args.stage)
+    print(json.dumps(result))
 
 
 def run_name(seed: int, settings: list[str]) -> str:
@@ -394,13 +429,13 @@ def table(rows: list[dict]) -> str:
         key = (row.get("encoding", "v1"), row.get("stage", "report"), row["steps"],
                " ".join(row.get("set", [])) + (f" (the music after a gap read {row['read_after']:g} s before its end)"
                                                 if row.get("read_after") is not None else ""),
-               DECODER_FIELD in row, row.get("base", ""))  # fmt: skip
+               DECODER_FIELD in row, row.get("base", ""), row.get("trained", ""))  # fmt: skip
         groups.setdefault(key, []).append(row)
     tables = "\n\n".join(f"{encoding} ({ENCODINGS[encoding]}), {stage}, {steps} steps{', ' + extra if extra else ''}"
-                         f"{'' if decoder else ' (raw scores only: measured before the decoder scores)'}, from "
-                         f"{'scratch (tiny)' if base == 'none' else 'the shipped model ' + base if base else 'the first-stage shipped model'}:\n\n" + _group_table(group)
-                         for (encoding, stage, steps, extra, decoder, base), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
-    return tables + against_unconditioned(rows)
+                         f"{'' if decoder else ' (raw scores only: measured before the decoder scores)'}, "
+                         f"{'trained elsewhere: ' + trained if trained else 'from scratch (tiny)' if base == 'none' else 'from the shipped model ' + base if base else 'from the first-stage shipped model'}:\n\n" + _group_table(group)
+                         for (encoding, stage, steps, extra, decoder, base, trained), group in sorted(groups.items())) or "(no rows)"  # fmt: skip
+    return tables + against_unconditioned(rows) + trained_against_unconditioned(rows)
 
 
 UNCONDITIONED = ["--data.init_args.given_notes.given_share=0.0", "--data.init_args.given_notes.infill_share=0.0",
@@ -433,6 +468,29 @@ def against_unconditioned(rows: list[dict]) -> str:
                   f"| {len(group)} | {spread([row[at_onsets] for row, _ in group], 3)} | "
                   f"{spread([other[alone] for _, other in group], 3)} | "
                   f"{spread([1 - row[at_onsets] / other[alone] for row, other in group], 3)} |"]  # fmt: skip
+    return "\n".join(lines)
+
+
+def trained_against_unconditioned(rows: list[dict]) -> str:
+    """Each model measured with ``--checkpoint`` (trained with given notes from its first step) against the lower
+    voices alone read by the unconditioned fine-tuned models of the same stage (:data:`UNCONDITIONED`, every seed:
+    more steps than the checkpoint's, none of them with notes given): the reduction with the soprano sight-read,
+    read ahead in blocks and written ahead."""
+    alone = "harmonization_alone_decoder_nats_per_note"
+    readings = {"sight-read": "harmonization_at_onsets_decoder_nats_per_note",
+                "read ahead in blocks": "harmonization_read_ahead_decoder_nats_per_note",
+                "written ahead": "harmonization_given_decoder_nats_per_note"}  # fmt: skip
+    lines = []
+    for row in (row for row in rows if row.get("trained")):
+        others = [other[alone] for other in rows if set(UNCONDITIONED) <= set(other.get("set", []))
+                  and other.get("stage") == row.get("stage") and alone in other]  # fmt: skip
+        if not others:
+            continue
+        lines += [f"\n\n{row['trained']} ({row.get('stage')}, {row['steps']} steps, seed {row['seed']}) against the "
+                  f"unconditioned models' lower voices alone, {spread(others, 3)} nats/note over {len(others)} seeds:\n",
+                  "| the soprano | nats/note (lower voices) | reduction |", "|---|---:|---:|"]  # fmt: skip
+        lines += [f"| {name} | {row[field]:.3f} | {1 - row[field] / float(np.mean(others)):.3f} |"
+                  for name, field in readings.items() if row.get(field) is not None]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -348,6 +348,22 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     assert seams.returncode == 0, seams.stderr[-3000:]
     bins = [value for key, value in json.loads(seams.stdout.strip().splitlines()[-1]).items() if key.startswith("ids_")]
     assert sum(b["ids"] for b in bins) > 0 and all(b["blocks"] > 0 and b["sight_reading"] > 0 for b in bins if b["ids"])
+    # a model trained elsewhere (given notes from its first step): measured once as it is, no fine-tuning, and set
+    # against the unconditioned model's lower voices alone
+    measure = [sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--tiny", "--checkpoint", row["checkpoint"],
+               "--min-seconds", "4", "--span", "2", "--out", str(out)]  # fmt: skip
+    first = subprocess.run(measure, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    trained = _rows(out)[-1]
+    assert trained["trained"] == row["checkpoint"] and trained["steps"] == 2 and trained["seed"] == 0
+    at_onsets, alone = "harmonization_at_onsets_decoder_nats_per_note", "harmonization_alone_decoder_nats_per_note"
+    assert trained[at_onsets] == pytest.approx(row[at_onsets], rel=1e-6)  # the checkpoint itself, not a new run
+    (sight_read,) = [line for line in first.stdout.splitlines() if line.startswith("| sight-read |")]
+    assert sight_read.split("|")[-2].strip() == f"{1 - trained[at_onsets] / rows[1][alone]:.3f}"
+    again = subprocess.run(measure, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert "already in" in again.stdout and len(_rows(out)) == 3
+    missing = subprocess.run([*measure[:4], str(tmp_path / "none.ckpt")], cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode == 2 and "none.ckpt: no such file" in missing.stderr
 
 
 @pytest.mark.slow  # the Bach collection converted, the shipped model harmonizing: `make test-all` runs it
