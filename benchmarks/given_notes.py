@@ -153,17 +153,18 @@ def measure_checkpoint(args: argparse.Namespace) -> None:
     """Measures ``args.checkpoint`` (a model trained elsewhere) once on the ``--stage``'s pieces and appends its row,
     labelled ``trained`` by the checkpoint's path; a checkpoint already measured on that stage is not measured
     again."""
-    from tasks.checkpoint import data_settings, read_checkpoint
+    from tasks.checkpoint import read_checkpoint
 
-    label = str(args.checkpoint.resolve().relative_to(ROOT) if args.checkpoint.resolve().is_relative_to(ROOT)
-                else args.checkpoint)  # fmt: skip
+    path = args.checkpoint.resolve()
+    label = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else args.checkpoint)
     if any(row.get("trained") == label and row.get("stage") == args.stage for row in load(args.out)):
         print(f"{label}: already in {args.out}")
         return
-    data = data_settings(args.checkpoint)
+    checkpoint = read_checkpoint(args.checkpoint)  # read once here for its step and data settings
+    data = checkpoint.get("datamodule_hyper_parameters") or {}
     read_ahead = (data.get("given_notes") or {}).get("read_ahead_share", 0.0)
-    result = {"trained": label, "seed": data.get("seed"), "steps": int(read_checkpoint(args.checkpoint)["global_step"]),
-              "set": [], "encoding": "v6" if read_ahead else "v5", "base": "none", "read_after": args.read_after,
+    result = {"trained": label, "seed": data.get("seed"), "steps": int(checkpoint["global_step"]), "set": [],
+              "encoding": "v6" if read_ahead else "v5", "base": "none", "read_after": args.read_after,
               **measure(args.checkpoint, args)}  # fmt: skip
     record(args.out, result, stage=args.stage)
     print(json.dumps(result))
