@@ -19,11 +19,12 @@ Stages (each appends JSON lines to ``--out``; ``--table`` prints them):
     ``image_generation_fashion_mnist_conditional.yaml``: 16 levels, a small model for a CPU) for
     ``--minutes`` of wall-clock time, then with its final weights: bits/dim over the test images
     (``--test-images``: the first N), ``--per-class`` samples for each of the
-    10 classes (temperature 1, KV-cached), and the classifier's labels for them: CAS overall and per
-    class. ``--grid`` writes seed 0's first ten samples of each class, one row per class.
-
-Nothing is chosen from these runs (the recipe is the configs' as shipped), so there is no
-selection stage; the test images are scored once per run.
+    10 classes (KV-cached, at each ``--guidance-scales`` x ``--temperatures``), and the classifier's
+    labels for them: CAS overall and per class. ``--grid`` writes the first seed's first ten samples
+    of each class at the last setting, one row per class.
+``select``
+    The same with bits/dim on the validation images: for choosing the sampling settings (and
+    anything else) with seeds of their own, before the test images are touched by ``report``.
 
 Usage (alone on the machine; the Fashion-MNIST files once: ``multimodal data fashion-mnist``)::
 
@@ -59,7 +60,7 @@ TARGET_CAS = 0.70
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stage", choices=["classifier", "report"], default="report")
+    parser.add_argument("--stage", choices=["classifier", "select", "report"], default="report")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--levels", type=int, default=16, help="intensity levels of the generator (2-256)")
     parser.add_argument("--minutes", type=float, default=12.0, help="generator training budget per seed")
@@ -72,7 +73,10 @@ def main() -> None:
     parser.add_argument("--guidance-scales", type=float, nargs="+", default=[1.0],
                         help="sample and score at each classifier-free guidance scale (not 1: a generator "
                              "trained with --set model.init_args.model.class_dropout=0.1)")  # fmt: skip
-    parser.add_argument("--test-images", type=int, default=None, help="score only the first N test images")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0],
+                        help="sample and score at each sampling temperature (with each guidance scale)")
+    parser.add_argument("--test-images", type=int, default=None,
+                        help="bits/dim over only the first N test (select: validation) images")
     parser.add_argument("--grid", type=Path, default=None, help="PNG of seed 0's samples, one row per class")
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "class_conditional")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "class_conditional.jsonl")
@@ -87,7 +91,7 @@ def main() -> None:
     else:
         for seed in args.seeds:
             for result in run_generator(args, seed):
-                record(args.out, result, "report")
+                record(args.out, result, args.stage)
                 print(result, flush=True)
     print(tables(load(args.out)))
 
@@ -104,12 +108,14 @@ def fit(configs: list[str], overrides: list[str], folder: Path, seed: int) -> fl
     return time.perf_counter() - start
 
 
-def test_images(levels: int | None, limit: int | None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """Fashion-MNIST test images float ``(n, 1, 28, 28)`` in [0, 1] (quantised to ``levels``), labels ``(n,)``, class names."""
+def test_images(
+    levels: int | None, limit: int | None, split: str = "test"
+) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Fashion-MNIST ``split`` images float ``(n, 1, 28, 28)`` in [0, 1] (quantised to ``levels``), labels ``(n,)``, class names."""
     from multimodal.data.images import image_classification_dataset
     from multimodal.tokenizers.image import pixels_to_tokens, tokens_to_pixels
 
-    data = image_classification_dataset("fashion_mnist", None, "test")
+    data = image_classification_dataset("fashion_mnist", None, split)
     count = len(data) if limit is None else min(limit, len(data))
     images = torch.stack([data[i][0] for i in range(count)])
     labels = torch.tensor([data[i][1] for i in range(count)])
@@ -142,7 +148,11 @@ def run_classifier(args: argparse.Namespace) -> dict:
 
 
 def run_generator(args: argparse.Namespace, seed: int) -> list[dict]:
-    """Trains one class-conditional generator; its test bits/dim and CAS, one result per guidance scale."""
+    """Trains one class-conditional generator; its bits/dim and CAS, one result per guidance scale and temperature.
+
+    Stage ``select`` scores bits/dim on the validation images (sampling settings are chosen there, with
+    seeds of their own); ``report`` on the test images.
+    """
     from multimodal.images.generation import sample_images
     from multimodal.tokenizers.image import pixels_to_tokens
     from multimodal.viz import image_grid_png
@@ -159,27 +169,30 @@ def run_generator(args: argparse.Namespace, seed: int) -> list[dict]:
     task = load_task(last).task
     model = task.model
 
-    images, labels, class_names = test_images(None, args.test_images)
+    split = "val" if args.stage == "select" else "test"
+    images, labels, class_names = test_images(None, args.test_images, split)
     tokens = pixels_to_tokens(images, args.levels)
     nll = sum(task.nll((tokens[i : i + 250], labels[i : i + 250]))[0].item() for i in range(0, len(tokens), 250))
     test_bpd = nll / tokens.numel() / torch.log(torch.tensor(2.0)).item()
 
     requested = torch.arange(10).repeat_interleave(args.per_class)
     results = []
-    for scale in args.guidance_scales:
+    settings = [(scale, temperature) for scale in args.guidance_scales for temperature in args.temperatures]
+    for scale, temperature in settings:
         start = time.perf_counter()
-        samples = sample_images(model, len(requested), labels=requested, temperature=1.0, batch_size=250,
+        samples = sample_images(model, len(requested), labels=requested, temperature=temperature, batch_size=250,
                                 generator=torch.Generator().manual_seed(seed), guidance_scale=scale)  # fmt: skip
         sample_s = time.perf_counter() - start
         score = classification_accuracy_score(classifier, samples.float() / 255, requested, len(class_names))
-        if args.grid is not None and seed == args.seeds[0] and scale == args.guidance_scales[-1]:
+        if args.grid is not None and seed == args.seeds[0] and (scale, temperature) == settings[-1]:
             columns = min(10, args.per_class)
             rows = torch.stack([samples[requested == c][:columns] for c in range(10)]).flatten(0, 1)
             image_grid_png(rows, args.grid, nrow=columns)
         per_class = dict(zip(class_names, score.per_class.tolist(), strict=True))
         results.append({"seed": seed, "levels": args.levels, "minutes": args.minutes, "fit_s": round(fit_s),
                         "steps": torch.load(last, map_location="cpu", weights_only=True)["global_step"],
-                        "test_bpd": test_bpd, "cas": score.overall, "per_class": per_class, "guidance_scale": scale,
+                        "split": split, "test_bpd": test_bpd, "cas": score.overall, "per_class": per_class,
+                        "guidance_scale": scale, "temperature": temperature,
                         "overrides": args.set, "sample_s": round(sample_s, 1), "samples": len(requested)})  # fmt: skip
     return results
 
@@ -191,14 +204,16 @@ def tables(results: list[dict]) -> str:
     for r in (r for r in results if r["stage"] == "classifier"):
         lines.append(f"| ViT, shipped Fashion-MNIST recipe | {r['test_acc']:.4f} | "
                      f"{r['test_acc_quantised']:.4f} ({r['levels']} levels) |")  # fmt: skip
-    report = [r for r in results if r["stage"] == "report"]
+    report = [r for r in results if r["stage"] in ("select", "report")]
     groups = grouped([{**r, "model": f"{r['levels']} levels, {r['minutes']:g} min"
                        + "".join(f", {key.rsplit('.', 1)[-1]}={value}"
                                  for key, value in (pair.split("=", 1) for pair in r.get("overrides", [])))
-                       + (f", guidance {r['guidance_scale']:g}" if r.get("guidance_scale", 1.0) != 1.0 else "")}
+                       + (f", guidance {r['guidance_scale']:g}" if r.get("guidance_scale", 1.0) != 1.0 else "")
+                       + (f", temperature {r['temperature']:g}" if r.get("temperature", 1.0) != 1.0 else "")
+                       + (" (select, validation)" if r["stage"] == "select" else "")}
                       for r in report])  # fmt: skip
     if groups:
-        lines += ["", "| generator | seeds | steps | test bits/dim | **CAS** | weakest class |",
+        lines += ["", "| generator | seeds | steps | bits/dim (test; select: validation) | **CAS** | weakest class |",
                   "|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for model, runs in groups.items():
         per_class = {name: statistics.fmean(r["per_class"][name] for r in runs) for name in runs[0]["per_class"]}

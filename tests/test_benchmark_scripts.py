@@ -438,8 +438,16 @@ def test_class_conditional_scores_samples_with_the_trained_classifier(tmp_path):
 
     width, height = Image.open(grid).size
     assert 4.5 * width < height < 5.5 * width  # one row per class: ten rows of two samples
+    assert report["split"] == "test" and report["temperature"] == 1.0
+    # the selection stage: bits/dim on the validation images, one row per sampling temperature
+    _run("class_conditional.py", *common, "--stage", "select", "--seeds", "100", "--minutes", "0.1", "--per-class",
+         "2", "--temperatures", "1", "0.5", "--set", *tiny, "model.init_args.model.num_heads=2")  # fmt: skip
+    warm, cool = _rows(out)[3:]
+    assert (warm["stage"], warm["split"], cool["split"]) == ("select", "val", "val")
+    assert (warm["temperature"], cool["temperature"]) == (1.0, 0.5) and warm["test_bpd"] == cool["test_bpd"]
     table = _run("class_conditional.py", "--table", "--out", str(out))
     assert "CAS >= 0.70" in table and "class_dropout=0.2, guidance 3 |" in table
+    assert "temperature 0.5 (select, validation) |" in table
 
 
 def test_pretrained_music_reuses_peers_only_from_a_report_on_the_same_test_pieces(monkeypatch):
