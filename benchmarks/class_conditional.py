@@ -77,7 +77,7 @@ def main() -> None:
                         help="sample and score at each sampling temperature (with each guidance scale)")
     parser.add_argument("--test-images", type=int, default=None,
                         help="bits/dim over only the first N test (select: validation) images")
-    parser.add_argument("--grid", type=Path, default=None, help="PNG of seed 0's samples, one row per class")
+    parser.add_argument("--grid", type=Path, default=None, help="PNG of the first seed's samples at the last setting, one row per class")
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "class_conditional")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "class_conditional.jsonl")
     parser.add_argument("--table", action="store_true")
@@ -108,7 +108,7 @@ def fit(configs: list[str], overrides: list[str], folder: Path, seed: int) -> fl
     return time.perf_counter() - start
 
 
-def test_images(
+def labelled_images(
     levels: int | None, limit: int | None, split: str = "test"
 ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """Fashion-MNIST ``split`` images float ``(n, 1, 28, 28)`` in [0, 1] (quantised to ``levels``), labels ``(n,)``, class names."""
@@ -140,8 +140,8 @@ def run_classifier(args: argparse.Namespace) -> dict:
         raise SystemExit(f"error: {folder}: exists; remove it to train the classifier again")
     fit_s = fit(CLASSIFIER_CONFIGS, args.classifier_set, folder, seed=0)
     classifier = load_classifier(args)
-    images, labels, _ = test_images(None, args.test_images)
-    quantised, _, _ = test_images(args.levels, args.test_images)
+    images, labels, _ = labelled_images(None, args.test_images)
+    quantised, _, _ = labelled_images(args.levels, args.test_images)
     return {"fit_s": round(fit_s), "levels": args.levels,
             "test_acc": classification_accuracy_score(classifier, images, labels, 10).overall,
             "test_acc_quantised": classification_accuracy_score(classifier, quantised, labels, 10).overall}  # fmt: skip
@@ -170,7 +170,7 @@ def run_generator(args: argparse.Namespace, seed: int) -> list[dict]:
     model = task.model
 
     split = "val" if args.stage == "select" else "test"
-    images, labels, class_names = test_images(None, args.test_images, split)
+    images, labels, class_names = labelled_images(None, args.test_images, split)
     tokens = pixels_to_tokens(images, args.levels)
     nll = sum(task.nll((tokens[i : i + 250], labels[i : i + 250]))[0].item() for i in range(0, len(tokens), 250))
     test_bpd = nll / tokens.numel() / torch.log(torch.tensor(2.0)).item()
