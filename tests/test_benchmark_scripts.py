@@ -105,6 +105,19 @@ def test_vit_quality_digits_selects_on_validation_and_reports_test_against_the_s
     assert "ViT (shipped) >= SVC" in _run("vit_quality.py", "--table", "--out", str(out))
 
 
+def test_vit_fashion_table_keeps_apart_runs_of_one_recipe_with_different_overrides():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vit_quality
+
+    row = {"recipe": "conv stem 16", "seed": 0, "budget_minutes": 30.0, "val_acc": 0.9, "epochs": 40.0,
+           "train_images_per_s": 1000.0, "stage": "select"}  # fmt: skip
+    rows = [row, {**row, "set": ["model.init_args.model.ff_dim=512"], "val_acc": 0.8},
+            {**row, "set": ["trainer.max_epochs=3"], "val_acc": 0.7}]  # fmt: skip
+    lines = [line for line in vit_quality.fashion_protocol_tables(rows).splitlines() if line.startswith("| conv")]
+    assert lines == ["| conv stem 16 | 30.0 | 0.9000 | 40.00 | 1000 |", "| conv stem 16, ff_dim=512 | 30.0 | 0.8000 | 40.00 | 1000 |",
+                     "| conv stem 16, trainer.max_epochs=3 | 30.0 | 0.7000 | 40.00 | 1000 |"]  # fmt: skip
+
+
 def test_vit_recipe_options_reach_the_model_the_data_and_the_trainer(tmp_path, monkeypatch):
     """Each option of benchmarks/vit_quality.py's recipes changes what the Lightning CLI builds, on top of the config."""
     from pytorch_lightning.callbacks import EMAWeightAveraging
