@@ -175,6 +175,7 @@ def run_generator(args: argparse.Namespace, seed: int) -> list[dict]:
     nll = sum(task.nll((tokens[i : i + 250], labels[i : i + 250]))[0].item() for i in range(0, len(tokens), 250))
     test_bpd = nll / tokens.numel() / torch.log(torch.tensor(2.0)).item()
 
+    steps = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
     requested = torch.arange(10).repeat_interleave(args.per_class)
     results = []
     settings = [(scale, temperature) for scale in args.guidance_scales for temperature in args.temperatures]
@@ -190,7 +191,7 @@ def run_generator(args: argparse.Namespace, seed: int) -> list[dict]:
             image_grid_png(rows, args.grid, nrow=columns)
         per_class = dict(zip(class_names, score.per_class.tolist(), strict=True))
         results.append({"seed": seed, "levels": args.levels, "minutes": args.minutes, "fit_s": round(fit_s),
-                        "steps": torch.load(last, map_location="cpu", weights_only=True)["global_step"],
+                        "steps": steps,
                         "split": split, "test_bpd": test_bpd, "cas": score.overall, "per_class": per_class,
                         "guidance_scale": scale, "temperature": temperature,
                         "overrides": args.set, "sample_s": round(sample_s, 1), "samples": len(requested)})  # fmt: skip
