@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--picture", type=Path, default=None, help="bicubic | ours | original crop of chelsea")
-    parser.add_argument("--set", nargs="*", default=[], help="model overrides, e.g. dim=96 num_layers=6")
+    parser.add_argument("--set", nargs="*", default=[], help="model overrides, e.g. dim=96 num_layers=6; data.KEY=VALUE for the data, e.g. data.dihedral=true")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "super_resolution.jsonl")
     parser.add_argument("--models-dir", type=Path, default=ROOT / "outputs" / "super_resolution_models",
@@ -94,7 +94,7 @@ def main() -> None:
     for seed in args.seeds:
         for name in args.models:
             pl.seed_everything(seed, verbose=False)
-            data = data_module(config, args.scale, seed)
+            data = data_module(config, args.scale, seed, args.set)
             task = build_task(config, data, args.set, args.lr)
             if name == "cnn":
                 task.model = PlainCNN.matching(sum(p.numel() for p in task.model.parameters()), data)
@@ -122,8 +122,11 @@ def main() -> None:
     print(tables(load(args.out)))
 
 
-def data_module(config: dict, scale: int, seed: int) -> SuperResolutionDataModule:
+def data_module(config: dict, scale: int, seed: int, overrides: list[str] = ()) -> SuperResolutionDataModule:
     """The config's data at ``scale``, its high-resolution crop resized so the low-resolution crop stays the config's.
+
+    ``overrides`` of the form ``data.KEY=VALUE`` (YAML values) set the data module's arguments;
+    the others are the model's (:func:`build_task`).
 
     The config's crops are 48 pixels at x2, 24 low-resolution pixels (12 x 12 tokens of 2 x 2): x4
     trains on 96-pixel crops, the same 24 pixels in, as SR papers keep the low-resolution patch
@@ -131,7 +134,14 @@ def data_module(config: dict, scale: int, seed: int) -> SuperResolutionDataModul
     """
     init = config["data"]["init_args"]
     low_res = init["crop_size"] // init["scale"]
-    return SuperResolutionDataModule(**{**init, "scale": scale, "crop_size": low_res * scale, "seed": seed})
+    chosen = dict(_split_override(pair) for pair in overrides if pair.startswith("data."))
+    chosen = {key.removeprefix("data."): value for key, value in chosen.items()}
+    return SuperResolutionDataModule(**{**init, **chosen, "scale": scale, "crop_size": low_res * scale, "seed": seed})
+
+
+def _split_override(pair: str) -> tuple[str, object]:
+    key, value = pair.split("=", 1)
+    return key, yaml.safe_load(value)
 
 
 def _weights_file(args: argparse.Namespace, name: str, seed: int) -> Path:
@@ -142,7 +152,7 @@ def _weights_file(args: argparse.Namespace, name: str, seed: int) -> Path:
 def four_panels(args: argparse.Namespace, config: dict) -> None:
     """Bicubic | CNN | Transformer | original on the chelsea crop, from the report runs' weights of ``--seeds[0]``."""
     seed = args.seeds[0]
-    data = data_module(config, args.scale, seed)
+    data = data_module(config, args.scale, seed, args.set)
     transformer = build_task(config, data, args.set, args.lr).model
     cnn = PlainCNN.matching(sum(p.numel() for p in transformer.parameters()), data)
     panels = {}
@@ -288,9 +298,7 @@ def build_task(config: dict, data: SuperResolutionDataModule, overrides: list[st
     """The task of the YAML config, with the data's sizes linked in as the CLI does."""
     init = config["model"]["init_args"]
     model = dict(init["model"])
-    for override in overrides:
-        key, value = override.split("=", 1)
-        model[key] = yaml.safe_load(value)
+    model.update(_split_override(pair) for pair in overrides if not pair.startswith("data."))
     model.update(scale=data.scale, channels=data.channels, crop_size=data.crop_size)
     optimizer_args = {**init["optimizer"]["init_args"], **({"lr": lr} if lr else {})}
     return SuperResolution(

@@ -78,6 +78,17 @@ def test_super_resolution_cnn_matches_the_transformers_size():
     assert abs(_count(super_resolution.PlainCNN.matching(transformer, data)) - transformer) / transformer < 0.01
 
 
+def test_super_resolution_overrides_split_between_the_data_and_the_model():
+    import super_resolution
+    import yaml
+
+    config = yaml.safe_load((BENCHMARKS.parent / "configs" / "super_resolution.yaml").read_text())
+    overrides = ["data.dihedral=true", "dim=32"]
+    data = super_resolution.data_module(config, 2, 0, overrides)
+    assert data.dihedral and super_resolution.data_module(config, 2, 0, ["dim=32"]).dihedral is False
+    assert super_resolution.build_task(config, data, overrides, None).model.config.dim == 32
+
+
 def test_text_generation_peer_is_gpt2_of_our_size():
     pytest.importorskip("transformers")
     import text_generation

@@ -29,6 +29,7 @@ __all__ = [
     "SuperResolutionCrops",
     "bicubic_downsample",
     "skimage_photos",
+    "square_symmetry",
     "super_resolution_dataset",
 ]
 
@@ -79,6 +80,9 @@ class SuperResolutionCrops(Dataset):
         crops_per_photo: items per photo per epoch.
         fixed_crops: same crop for an index on every access.
         seed: seed of the fixed crops.
+        dihedral: turn each crop by one of the 8 symmetries of the square (flips and 90-degree
+            rotations, drawn uniformly like the crop corner) before it is downsampled, as EDSR and
+            SwinIR train: eight times the distinct crops from the same photos.
     """
 
     def __init__(
@@ -90,6 +94,7 @@ class SuperResolutionCrops(Dataset):
         crops_per_photo: int = 16,
         fixed_crops: bool = False,
         seed: int = 0,
+        dihedral: bool = False,
     ) -> None:
         if crop_size % scale:
             raise ValueError(
@@ -97,6 +102,7 @@ class SuperResolutionCrops(Dataset):
             )
         self.scale, self.crop_size, self.mode = scale, crop_size, pil_mode(channels)
         self.crops_per_photo, self.fixed_crops, self.seed = crops_per_photo, fixed_crops, seed
+        self.dihedral = dihedral
         self.photos = [p for p in map(self._describe, photos) if p is not None]
         if not self.photos:
             raise ValueError(f"no usable photo of at least {crop_size}x{crop_size} pixels")
@@ -117,16 +123,15 @@ class SuperResolutionCrops(Dataset):
                 break
         else:
             raise RuntimeError("none of the photos could be decoded")
-        top, left = self._crop_corner(index, photo.height, photo.width)
+        rng = np.random.default_rng([self.seed, index]) if self.fixed_crops else None
+        top, left = self._crop_corner(rng, photo.height, photo.width)
         high_res = pixels[:, top : top + self.crop_size, left : left + self.crop_size].float() / 255
+        if self.dihedral:
+            high_res = square_symmetry(high_res, _draw(rng, 8))
         return bicubic_downsample(high_res, self.scale), high_res
 
-    def _crop_corner(self, index: int, height: int, width: int) -> tuple[int, int]:
-        span_h, span_w = height - self.crop_size + 1, width - self.crop_size + 1
-        if self.fixed_crops:
-            rng = np.random.default_rng([self.seed, index])
-            return int(rng.integers(span_h)), int(rng.integers(span_w))
-        return int(torch.randint(span_h, ())), int(torch.randint(span_w, ()))
+    def _crop_corner(self, rng: np.random.Generator | None, height: int, width: int) -> tuple[int, int]:
+        return _draw(rng, height - self.crop_size + 1), _draw(rng, width - self.crop_size + 1)
 
     def _describe(self, photo: Image.Image | str | Path) -> _Photo | None:
         if isinstance(photo, Image.Image):
@@ -148,6 +153,30 @@ class SuperResolutionCrops(Dataset):
             )
             return None
         return described
+
+
+def square_symmetry(images: torch.Tensor, which: int) -> torch.Tensor:
+    """One of the 8 symmetries of the square (the dihedral group) applied to square images.
+
+    Bit 0 of ``which`` flips left-right, bit 1 flips top-bottom, bit 2 swaps rows and columns
+    (after the flips); ``0`` is the identity and ``0..7`` give all eight.
+
+    Args:
+        images: ``(..., side, side)``.
+        which: ``0 <= which < 8``.
+
+    Returns:
+        ``(..., side, side)``, a new tensor.
+    """
+    if not 0 <= which < 8:
+        raise ValueError(f"which={which}: the square has 8 symmetries, 0..7")
+    flipped = images.flip([dim for bit, dim in ((1, -1), (2, -2)) if which & bit]) if which & 3 else images.clone()
+    return flipped.transpose(-1, -2) if which & 4 else flipped
+
+
+def _draw(rng: np.random.Generator | None, count: int) -> int:
+    """A uniform integer in ``[0, count)`` from ``rng``, or from torch's global generator when ``None``."""
+    return int(rng.integers(count)) if rng is not None else int(torch.randint(count, ()))
 
 
 def bicubic_downsample(images: torch.Tensor, scale: int) -> torch.Tensor:
@@ -200,6 +229,7 @@ def super_resolution_dataset(
     channels: int = 3,
     crops_per_photo: int = 16,
     seed: int = 0,
+    dihedral: bool = False,
 ) -> SuperResolutionCrops:
     """Super-resolution crops from the bundled skimage photos or a folder of your own.
 
@@ -219,6 +249,7 @@ def super_resolution_dataset(
         channels: 1 or 3.
         crops_per_photo: items per photo per epoch.
         seed: seed of the fixed validation crops.
+        dihedral: ``train`` crops turned by a random flip / 90-degree rotation (``val`` crops never are).
 
     Returns:
         A :class:`SuperResolutionCrops` of ``(low_res, high_res)`` pairs.
@@ -231,7 +262,9 @@ def super_resolution_dataset(
         )
     else:
         photos = _photo_folder_split(Path(source), split)
-    return SuperResolutionCrops(photos, scale, crop_size, channels, crops_per_photo, split == "val", seed)
+    return SuperResolutionCrops(
+        photos, scale, crop_size, channels, crops_per_photo, split == "val", seed, dihedral and split == "train"
+    )
 
 
 def _photo_folder_split(root: Path, split: str) -> list[Path]:

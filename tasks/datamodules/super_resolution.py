@@ -31,6 +31,8 @@ class SuperResolutionDataModule(pl.LightningDataModule):
         num_workers: DataLoader worker processes.
         seed: Seed of the fixed validation crops; the training crops and order are a function of
             ``(seed, epoch, index)`` (exact resume).
+        dihedral: Turn each training crop by a random flip / 90-degree rotation (the 8 symmetries of
+            the square), as EDSR and SwinIR train; validation crops are never turned.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class SuperResolutionDataModule(pl.LightningDataModule):
         batch_size: int = 16,
         num_workers: int = 0,
         seed: int = 0,
+        dihedral: bool = False,
     ) -> None:
         super().__init__()
         check_options({"scale": 1, "crop_size": 1, "crops_per_photo": 1, "val_crops_per_photo": 1, "batch_size": 1,
@@ -56,12 +59,13 @@ class SuperResolutionDataModule(pl.LightningDataModule):
         self.source, self.scale, self.crop_size, self.channels = source, scale, crop_size, channels
         self.crops_per_photo, self.val_crops_per_photo = crops_per_photo, val_crops_per_photo
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.dihedral = dihedral
 
     def split(self, name: Literal["train", "val"]) -> Dataset:
         """The ``train`` (random crops) or ``val`` (fixed crops of held-out photos) split."""
         crops = self.crops_per_photo if name == "train" else self.val_crops_per_photo
         return super_resolution_dataset(
-            self.source, name, self.scale, self.crop_size, self.channels, crops, self.seed
+            self.source, name, self.scale, self.crop_size, self.channels, crops, self.seed, self.dihedral
         )
 
     def train_dataloader(self) -> DataLoader:

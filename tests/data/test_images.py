@@ -26,6 +26,7 @@ from multimodal.data.super_resolution import (
     SKIMAGE_TRAIN_PHOTOS,
     SuperResolutionCrops,
     skimage_photos,
+    square_symmetry,
     super_resolution_dataset,
 )
 from multimodal.tokenizers.image import PixelTokenizer
@@ -315,6 +316,41 @@ def test_sr_validation_crops_are_fixed_and_training_crops_vary():
     train = super_resolution_dataset("skimage", "train", crop_size=32)
     torch.manual_seed(0)
     assert not all(torch.equal(train[0][1], train[0][1]) for _ in range(3))
+
+
+def numpy_square_symmetries(image: np.ndarray) -> list[bytes]:
+    """Independent reference: the 8 symmetries of a square ``(channels, side, side)`` image, by numpy."""
+    turns = [np.rot90(image, k, axes=(-2, -1)) for k in range(4)]
+    return [np.ascontiguousarray(t).tobytes() for t in turns + [np.flip(t, -1) for t in turns]]
+
+
+def test_square_symmetry_gives_all_eight_symmetries_of_the_square():
+    image = np.asarray(coordinate_photo(6, 6)).transpose(2, 0, 1).copy()
+    ours = [square_symmetry(torch.from_numpy(image), which).numpy().tobytes() for which in range(8)]
+    assert len(set(ours)) == 8 and set(ours) == set(numpy_square_symmetries(image))
+    with pytest.raises(ValueError, match="8 symmetries"):
+        square_symmetry(torch.from_numpy(image), 8)
+
+
+def test_sr_dihedral_crops_are_turned_uniformly_and_downsampled_after_the_turn():
+    photo = coordinate_photo(16, 16)
+    symmetries = numpy_square_symmetries(np.asarray(photo).transpose(2, 0, 1))
+    dataset = SuperResolutionCrops([photo], scale=2, crop_size=16, crops_per_photo=400, dihedral=True)
+    torch.manual_seed(0)
+    seen = collections.Counter()
+    for low_res, high_res in dataset:
+        seen[symmetries.index((high_res * 255).round().to(torch.uint8).numpy().tobytes())] += 1
+        torch.testing.assert_close(low_res, pil_bicubic(high_res, 2), atol=1e-5, rtol=0)
+    assert set(seen) == set(range(8)) and min(seen.values()) >= 25  # 50 expected each
+    plain = SuperResolutionCrops([photo], scale=2, crop_size=16, crops_per_photo=3)
+    assert all(torch.equal(item[1], plain[0][1]) for item in plain)  # off: never turned
+
+
+def test_sr_validation_crops_are_never_turned():
+    turned = super_resolution_dataset("skimage", "val", crop_size=32, dihedral=True)
+    plain = super_resolution_dataset("skimage", "val", crop_size=32)
+    assert all(torch.equal(turned[i][1], plain[i][1]) for i in (0, 17, 40))
+    assert super_resolution_dataset("skimage", "train", crop_size=32, dihedral=True).dihedral
 
 
 def test_sr_greyscale_photos_become_rgb_and_rgb_becomes_luma():
