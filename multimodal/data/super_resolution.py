@@ -170,7 +170,8 @@ def square_symmetry(images: torch.Tensor, which: int) -> torch.Tensor:
     """
     if not 0 <= which < 8:
         raise ValueError(f"which={which}: the square has 8 symmetries, 0..7")
-    flipped = images.flip([dim for bit, dim in ((1, -1), (2, -2)) if which & bit]) if which & 3 else images.clone()
+    flip_dims = [dim for bit, dim in ((1, -1), (2, -2)) if which & bit]
+    flipped = images.flip(flip_dims) if flip_dims else images.clone()
     return flipped.transpose(-1, -2) if which & 4 else flipped
 
 
