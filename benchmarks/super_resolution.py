@@ -215,19 +215,20 @@ def tables(results: list[dict]) -> str:
             continue
         splits = ["val"] if stage == "select" else ["val", "test"]
         lines += [f"{stage}: mean over each split's photos of ours minus bicubic; mean ± sd over seeds", "",
-                  "| scale | model | parameters | overrides | seeds | minutes | " + " | ".join(
+                  "| scale | epochs | model | parameters | overrides | seeds | minutes | " + " | ".join(
                       f"{s} gain RGB | {s} gain Y (PSNR-Y) | {s} SSIM" for s in splits) + " |",
-                  "|---|---|---:|---|---:|---:|" + "---:|" * 3 * len(splits)]  # fmt: skip
+                  "|---|---:|---|---:|---|---:|---:|" + "---:|" * 3 * len(splits)]  # fmt: skip
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((r.get("scale", 2), r["model"], " ".join(r.get("overrides", []))), []).append(r)
-        for (scale, model, overrides), group in groups.items():
+            key = (r.get("scale", 2), r["epochs"], r["model"], " ".join(r.get("overrides", [])))
+            groups.setdefault(key, []).append(r)
+        for (scale, epochs, model, overrides), group in groups.items():
             cells = []
             for split in splits:
                 for key in ("gain_rgb", "gain_y", "ours_ssim"):
                     values = [sum(photo[key] for photo in r[split]) / len(r[split]) for r in group]
                     cells.append(spread(values, 2 if key != "ours_ssim" else 4))
-            lines.append(f"| x{scale} | {model} | {group[0]['parameters']:,} | {overrides or '-'} | {len(group)} | "
+            lines.append(f"| x{scale} | {epochs} | {model} | {group[0]['parameters']:,} | {overrides or '-'} | {len(group)} | "
                          f"{spread([r['minutes'] for r in group], 1)} | " + " | ".join(cells) + " |")  # fmt: skip
         if stage == "report":  # the seeds both models ran at the same epochs, without overrides
             by_seed = {(r["model"], r.get("scale", 2), r["epochs"], r["seed"]): r for r in rows if not r.get("overrides")}

@@ -105,3 +105,14 @@ def test_vit_throughput_peer_is_timm_vit_tiny_of_our_size():
     theirs = _count(timm.create_model("vit_tiny_patch16_224", pretrained=False))
     ours = _count(ViT(ViTConfig.from_preset("tiny", num_classes=1000)))
     assert abs(ours - theirs) / theirs < 0.01, f"ours {ours:,} against timm's {theirs:,}"
+
+
+def test_super_resolution_table_keeps_budgets_apart():
+    import super_resolution
+
+    photos = [{"photo": "chelsea", "gain_rgb": gain, "gain_y": gain, "ours_ssim": 0.9} for gain in (1.0,)]
+    rows = [{"stage": "select", "model": "cnn", "scale": 2, "epochs": epochs, "parameters": 10, "minutes": 1.0,
+             "overrides": [], "val": [{**photos[0], "gain_y": gain}]} for epochs, gain in ((150, 1.5), (220, 1.7))]  # fmt: skip
+    lines = [line for line in super_resolution.tables(rows).splitlines() if line.startswith("| x2 |")]
+    assert [line.split(" | ")[1] for line in lines] == ["150", "220"]
+    assert ["1.50" in lines[0], "1.70" in lines[1]] == [True, True]
