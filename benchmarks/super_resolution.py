@@ -134,8 +134,7 @@ def data_module(config: dict, scale: int, seed: int, overrides: list[str] = ()) 
     """
     init = config["data"]["init_args"]
     low_res = init["crop_size"] // init["scale"]
-    chosen = dict(_split_override(pair) for pair in overrides if pair.startswith("data."))
-    chosen = {key.removeprefix("data."): value for key, value in chosen.items()}
+    chosen = {key.removeprefix("data."): value for key, value in map(_split_override, overrides) if key.startswith("data.")}
     return SuperResolutionDataModule(**{**init, **chosen, "scale": scale, "crop_size": low_res * scale, "seed": seed})
 
 
@@ -220,8 +219,8 @@ def tables(results: list[dict]) -> str:
                   "|---|---:|---|---:|---|---:|---:|" + "---:|" * 3 * len(splits)]  # fmt: skip
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            key = (r.get("scale", 2), r["epochs"], r["model"], " ".join(r.get("overrides", [])))
-            groups.setdefault(key, []).append(r)
+            budget = (r.get("scale", 2), r["epochs"], r["model"], " ".join(r.get("overrides", [])))
+            groups.setdefault(budget, []).append(r)
         for (scale, epochs, model, overrides), group in groups.items():
             cells = []
             for split in splits:
@@ -299,7 +298,7 @@ def build_task(config: dict, data: SuperResolutionDataModule, overrides: list[st
     """The task of the YAML config, with the data's sizes linked in as the CLI does."""
     init = config["model"]["init_args"]
     model = dict(init["model"])
-    model.update(_split_override(pair) for pair in overrides if not pair.startswith("data."))
+    model.update((key, value) for key, value in map(_split_override, overrides) if not key.startswith("data."))
     model.update(scale=data.scale, channels=data.channels, crop_size=data.crop_size)
     optimizer_args = {**init["optimizer"]["init_args"], **({"lr": lr} if lr else {})}
     return SuperResolution(
