@@ -181,6 +181,8 @@ RECIPES = {
     "patch 4": ["--model.init_args.model.patch_size=4"],
     "conv stem 16": ["--model.init_args.model.stem_channels=[16]"],
     "conv stem 32": ["--model.init_args.model.stem_channels=[32]"],
+    "strided stem": ["--model.init_args.model.stem_channels=[32,64,128]", "--model.init_args.model.stem_stride=2",
+                     "--model.init_args.model.patch_size=1"],  # 28 -> 14 -> 7 -> 4: a 4x4 grid, as patch 7
     "dropout 0.1": ["--model.init_args.model.dropout=0.1"],
 }
 """Fashion-MNIST recipes: command-line overrides of the shipped configs."""

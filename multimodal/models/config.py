@@ -77,11 +77,12 @@ class ViTConfig(Presets, TransformerConfig):
 
     The encoder fields keep their meaning; ViT changes some defaults (no dropout, LayerNorm eps
     ``1e-6`` as timm, learned absolute positions) and *derives* two of them from the image:
-    ``grid_size = (height // patch_size, width // patch_size)`` and ``max_seq_len`` = class token
-    + patches. Values given for those two are replaced.
+    ``grid_size = (height // patch_size, width // patch_size)`` (of the stem's maps with
+    ``stem_stride=2``) and ``max_seq_len`` = class token + patches. Values given for those two are replaced.
 
     Attributes:
-        image_size: Side of square images, or ``(height, width)``; multiples of ``patch_size``.
+        image_size: Side of square images, or ``(height, width)``; multiples of ``patch_size`` (after
+            a stride-2 stem: its maps' sides are).
             Linked from the data module in the Lightning task.
         patch_size: Side of the square patches, in pixels.
         channels: Channels per pixel (1 greyscale, 3 RGB); linked from the data module.
@@ -95,6 +96,11 @@ class ViTConfig(Presets, TransformerConfig):
             small-data ViT local features (one 16-channel layer: ~19 % fewer training images/s
             at 28x28, patch 7). ``()`` (the default): the image's own pixels are patched, as in
             ViT and timm.
+        stem_stride: Stride of every stem convolution, 1 or 2. With 2 each convolution halves the
+            feature map, rounding up (28 -> 14 -> 7 -> 4), as the stride-2 stem of Xiao et al.'s ViT_C,
+            and the patches are cut from the reduced map: three stride-2 layers and ``patch_size=1``
+            turn a 28x28 image into a 4x4 grid of tokens from overlapping 15x15 receptive fields, at
+            a fraction of the full-resolution stem's cost. The grid is then ``stem size // patch_size``.
     """
 
     dropout: float = 0.0
@@ -106,6 +112,7 @@ class ViTConfig(Presets, TransformerConfig):
     num_classes: int = 1000
     pooling: Literal["cls", "mean"] = "cls"
     stem_channels: tuple[int, ...] = ()
+    stem_stride: int = 1
 
     def __post_init__(self) -> None:
         check_sizes(self, positive=("image_size", "patch_size", "channels"), non_negative=("num_classes",))
@@ -115,15 +122,20 @@ class ViTConfig(Presets, TransformerConfig):
         height, width = (
             (self.image_size, self.image_size) if isinstance(self.image_size, int) else self.image_size
         )
-        if height % self.patch_size or width % self.patch_size:
+        if self.stem_stride not in (1, 2):
+            raise ValueError(f"stem_stride must be 1 or 2, got {self.stem_stride}")
+        self.image_size = height if height == width else (height, width)
+        rows, cols = self.stem_size
+        if rows % self.patch_size or cols % self.patch_size:
             raise ValueError(
-                f"image_size {height}x{width} is not a multiple of patch_size={self.patch_size}; "
-                f"resize the images (the data module's image_size) or pick a patch size that divides them"
+                f"image_size {height}x{width}"
+                + (f" (the stride-2 stem's {rows}x{cols} maps)" if (rows, cols) != (height, width) else "")
+                + f" is not a multiple of patch_size={self.patch_size}; resize the images (the data "
+                f"module's image_size) or pick a patch size that divides them"
             )
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
-        self.image_size = height if height == width else (height, width)
-        self.grid_size = (height // self.patch_size, width // self.patch_size)
+        self.grid_size = (rows // self.patch_size, cols // self.patch_size)
         self.max_seq_len = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
         super().__post_init__()
 
@@ -131,6 +143,15 @@ class ViTConfig(Presets, TransformerConfig):
     def num_prefix_tokens(self) -> int:
         """Tokens before the patches: 1 (the class token) with ``pooling="cls"``, else 0."""
         return 1 if self.pooling == "cls" else 0
+
+    @property
+    def stem_size(self) -> tuple[int, int]:
+        """``(rows, cols)`` of the map that is patched: the image's, halved (rounding up) by each
+        stride-2 stem convolution."""
+        size = (self.image_size, self.image_size) if isinstance(self.image_size, int) else self.image_size
+        if self.stem_stride == 2:
+            size = tuple(-(-side // 2 ** len(self.stem_channels)) for side in size)
+        return size
 
     @property
     def num_patches(self) -> int:

@@ -45,7 +45,7 @@ class ViT(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = config
-        self.stem = _conv_stem(config.channels, config.stem_channels)
+        self.stem = _conv_stem(config.channels, config.stem_channels, config.stem_stride)
         self.patch_embed = nn.Linear(config.patch_dim, config.dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.dim)) if config.pooling == "cls" else None
         self.encoder = Encoder(config)
@@ -107,10 +107,8 @@ class ViT(nn.Module):
         }
 
     def _check(self, images: Tensor) -> None:
-        height, width = (
-            self.config.grid_size[0] * self.config.patch_size,
-            self.config.grid_size[1] * self.config.patch_size,
-        )
+        size = self.config.image_size
+        height, width = (size, size) if isinstance(size, int) else size
         expected = (self.config.channels, height, width)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(
@@ -146,14 +144,15 @@ def _resample_position_parameters(module: ViT, state_dict: dict[str, Any], prefi
             state_dict[name] = resample_offset_table(state_dict[name], size)
 
 
-def _conv_stem(channels: int, widths: tuple[int, ...]) -> nn.Sequential | None:
-    """3x3 convolutions (stride 1, same padding), each followed by GELU: ``(b, channels, h, w)`` ->
-    ``(b, widths[-1], h, w)``; None without widths."""
+def _conv_stem(channels: int, widths: tuple[int, ...], stride: int = 1) -> nn.Sequential | None:
+    """3x3 convolutions (padding 1), each followed by GELU: ``(b, channels, h, w)`` ->
+    ``(b, widths[-1], h, w)`` at stride 1, each side halved (rounding up) per layer at stride 2;
+    None without widths."""
     if not widths:
         return None
     layers: list[nn.Module] = []
     for width in widths:
-        layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1), nn.GELU()]
+        layers += [nn.Conv2d(channels, width, kernel_size=3, stride=stride, padding=1), nn.GELU()]
         channels = width
     return nn.Sequential(*layers)
 

@@ -150,12 +150,36 @@ def test_conv_stem_patches_the_convolved_image():
         micro(stem_channels=(4, 0))
 
 
+def test_strided_conv_stem_patches_every_other_pixel_of_the_full_convolution():
+    """Stride 2 = the stride-1 convolution kept at even rows and columns (padding 1), layer by layer;
+    odd sides round up (7 -> 4), and the grid is cut from the reduced map."""
+    torch.manual_seed(0)
+    stem = ViT(micro(image_size=7, patch_size=1, stem_channels=(4, 6), stem_stride=2)).double()
+    assert stem.config.stem_size == (2, 2) and stem.config.grid_size == (2, 2)  # 7 -> 4 -> 2
+    plain = ViT(micro(image_size=2, patch_size=1, channels=6)).double()
+    plain.load_state_dict({k: v for k, v in stem.state_dict().items() if not k.startswith("stem.")})  # strict
+    images = torch.rand(3, 1, 7, 7, dtype=torch.float64)
+    features = images
+    for conv in (stem.stem[0], stem.stem[2]):
+        features = _naive_conv_gelu(features, conv.weight.detach(), conv.bias.detach())[:, :, ::2, ::2]
+    assert features.shape == (3, 6, 2, 2)
+    torch.testing.assert_close(stem(images), plain(features))
+    assert ViTConfig.from_preset("micro", image_size=28, patch_size=1, channels=1, stem_channels=(8, 8, 8),
+                                 stem_stride=2).grid_size == (4, 4)  # fmt: skip
+    with pytest.raises(ValueError, match="stride-2 stem's 4x4 maps"):
+        micro(image_size=8, patch_size=3, stem_stride=2, stem_channels=(4,))
+    with pytest.raises(ValueError, match="stem_stride must be 1 or 2"):
+        micro(stem_stride=3, stem_channels=(4,))
+    with pytest.raises(ValueError, match=r"expected images \(batch, 1, 7, 7\)"):
+        stem(torch.rand(1, 1, 8, 8, dtype=torch.float64))
+
+
 def test_conv_stem_survives_a_model_folder(tmp_path):
     from multimodal.convert.folder import load, save_model_folder
 
-    model = ViT(micro(stem_channels=[5])).eval()
+    model = ViT(micro(stem_channels=[5, 3], stem_stride=2, patch_size=1)).eval()
     loaded, _ = load(save_model_folder(model, tmp_path / "vit"))
-    assert loaded.config.stem_channels == (5,)
+    assert loaded.config.stem_channels == (5, 3) and loaded.config.stem_stride == 2
     images = torch.rand(2, 1, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(loaded(images), model(images), atol=0, rtol=0)
