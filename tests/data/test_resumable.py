@@ -40,6 +40,21 @@ def test_seeded_items_depend_on_seed_epoch_and_index_only_and_leave_the_global_s
     assert any(not torch.equal(SeededItems(RandomCrops(), seed=4)[i], first[i]) for i in range(10))
 
 
+def test_seeded_items_seed_the_cpu_generator_only(monkeypatch):
+    """An accelerator's generator (its dropout stream) is not re-seeded per item, nor queued for seeding."""
+    from multimodal.data.resumable import item_seed
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an accelerator's generator was seeded")
+
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", refuse)
+    monkeypatch.setattr(torch.mps, "manual_seed", refuse)
+    items = SeededItems(RandomCrops(), seed=3)
+    expected = torch.Generator().manual_seed(item_seed(3, 0, 5))  # the item's crop, drawn by hand
+    top, left = (int(torch.randint(0, 5, (1,), generator=expected)) for _ in range(2))
+    torch.testing.assert_close(items[5], torch.arange(64.0).reshape(1, 8, 8)[:, top : top + 4, left : left + 4] + 5000)
+
+
 def test_epoch_order_is_a_function_of_seed_and_epoch_and_sets_the_data_epoch():
     data = SeededItems(RandomCrops(50), seed=0)
     order = EpochOrder(data, shuffle=True, seed=5)
