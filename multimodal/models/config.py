@@ -145,10 +145,15 @@ class ViTConfig(Presets, TransformerConfig):
         return 1 if self.pooling == "cls" else 0
 
     @property
+    def image_shape(self) -> tuple[int, int]:
+        """``(height, width)`` of the input images."""
+        return (self.image_size, self.image_size) if isinstance(self.image_size, int) else tuple(self.image_size)
+
+    @property
     def stem_size(self) -> tuple[int, int]:
         """``(rows, cols)`` of the map that is patched: the image's, halved (rounding up) by each
         stride-2 stem convolution."""
-        size = (self.image_size, self.image_size) if isinstance(self.image_size, int) else self.image_size
+        size = self.image_shape
         if self.stem_stride == 2:
             size = tuple(-(-side // 2 ** len(self.stem_channels)) for side in size)
         return size

@@ -107,9 +107,7 @@ class ViT(nn.Module):
         }
 
     def _check(self, images: Tensor) -> None:
-        size = self.config.image_size
-        height, width = (size, size) if isinstance(size, int) else size
-        expected = (self.config.channels, height, width)
+        expected = (self.config.channels, *self.config.image_shape)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(
                 f"expected images (batch, {', '.join(map(str, expected))}), got {tuple(images.shape)}; "
