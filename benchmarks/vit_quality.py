@@ -191,6 +191,7 @@ OPTIONS: dict[str, dict] = {
     "randaugment": {"augment": [{"name": "RandAugment", "num_ops": 2, "magnitude": 9}]},
     "trivialaugment": {"augment": [{"name": "TrivialAugmentWide"}]},
     "erasing": {"augment": [{"name": "RandomErasing", "p": 0.25}]},
+    "flip": {"augment": [{"name": "RandomHorizontalFlip", "p": 0.5}]},
     "flip crop": {"augment": [{"name": "RandomHorizontalFlip", "p": 0.5}, {"name": "RandomCrop", "size": 28, "padding": 2}]},
     "mixup": {"args": ["--model.init_args.mixup_alpha=0.8", "--model.init_args.cutmix_alpha=1.0"]},
     "drop path": {"args": ["--model.init_args.model.drop_path=0.1"]},
@@ -201,7 +202,7 @@ OPTIONS: dict[str, dict] = {
 augmentation appended to the config's list (training images only), MixUp 0.8 / CutMix 1.0 (one of the
 two per batch), stochastic depth 0.1, an EMA of the weights (decay 0.999) that the final scores use;
 ``flip crop`` is the Fashion-MNIST config's suggestion for long runs (a horizontal flip, a 2-pixel-padded
-random crop)."""
+random crop); ``flip`` is the flip alone."""
 
 
 def recipe_arguments(configs: list[str], recipe: str) -> list[str]:
