@@ -304,6 +304,28 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     assert "| bach |" in ceiling.stdout and "1 vs 1 real" in ceiling.stdout
 
 
+def test_harmonizer_trains_every_kind_per_seed_scores_the_same_lower_voices_and_skips_a_finished_run(tmp_path):
+    """Real chorales, tiny models from scratch for two steps: every kind scores the same test chorales' lower
+    voices, finite and positive, the decoder's rules only take probability from ids that are not the real ones,
+    and the table pairs each kind with the alone model; a finished run is not trained again."""
+    env = small_corpus(tmp_path, ["bwv269", "bwv347", "bwv104.6", "bwv174.5"])
+    out = tmp_path / "harmonizer.jsonl"
+    tiny = [sys.executable, str(ROOT / "benchmarks" / "harmonizer.py"), "--tiny", "--steps", "2", "--batch-size", "2",
+            "--seeds", "0", "--stage", "report", "--max-given", "64", "--out", str(out),
+            "--kinds", "alone", "harmonizer", "sight", "sight+harmonizer"]  # fmt: skip
+    done = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = _rows(out)
+    assert [row["kind"] for row in rows] == ["alone", "harmonizer", "sight", "sight+harmonizer"]
+    assert rows[0]["split"] == "test" and rows[0]["chorales"] >= 1
+    assert len({row["lower_notes"] for row in rows}) == 1 and rows[0]["lower_notes"] > 0
+    for row in rows:
+        assert 0 < row["decoder_nats_per_note"] < row["nats_per_note"] < 50
+    assert "| report (tiny) | 2 | sight+harmonizer | 1 |" in done.stdout
+    again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "harmonizer seed 0: already in" in again.stdout and len(_rows(out)) == 4
+
+
 def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(tmp_path):
     """A few real chorales and madrigals, a tiny model from scratch for two steps: the NLLs are finite and
     positive, the held-out chorales are counted, and a finished seed is not run again."""
