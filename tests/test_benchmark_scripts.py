@@ -439,7 +439,8 @@ def test_transcription_selects_on_validation_and_reports_test(tmp_path, monkeypa
     rows = _rows(out)
     assert [(r["stage"], r["split"]) for r in rows] == [("select", "val"), ("report", "test")]
     assert all(0 <= r["onset_f1"] <= 1 and r["audio_per_second"] > 0 and r["steps"] > 0 for r in rows)
-    assert "| ours |" in _run("transcription.py", "--table", "--out", str(out))
+    assert all(r["budget_minutes"] == 0.05 for r in rows)  # the table groups runs by their budget
+    assert "| 0.05 | 1 |" in _run("transcription.py", "--table", "--out", str(out))
 
 
 @pytest.mark.slow  # about a minute on 2 cores: `make test-all` runs it
