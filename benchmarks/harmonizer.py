@@ -157,7 +157,7 @@ class Chorales:
             given, aligned = self.given_slice(example["given"], example["aligned"][picked[:-1]])
             targets = np.where(example["fed"][picked[1:]], -100, ids[picked[1:]])
             rows.append((ids[picked[:-1]], targets, given, aligned, example["distances"][picked[:-1]]))
-        return collate(rows, self.seq_len, 0)
+        return collate(rows, self.seq_len, self.tokenizer.pad_id)
 
 
 def collate(rows: list[tuple], seq_len: int, pad_id: int) -> dict:

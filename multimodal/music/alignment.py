@@ -42,14 +42,16 @@ def given_alignment(clock: np.ndarray, positions: np.ndarray, onsets: np.ndarray
         where there is none).
     """
     clock = np.asarray(clock, dtype=np.int64)
+    if len(positions) == 0:
+        return (np.zeros((len(clock), notes_before + 1 + notes_after), dtype=np.int64),
+                np.full((len(clock), 2), far, dtype=np.int64))  # fmt: skip
+    last = len(positions) - 1
     current = np.searchsorted(onsets, clock, side="right") - 1  # -1: no given note has begun yet
     index = current[:, None] + np.arange(-notes_before, notes_after + 1)[None]
-    inside = (index >= 0) & (index < len(positions))
-    aligned = np.where(inside, positions[np.clip(index, 0, max(len(positions) - 1, 0))] + 1 if len(positions) else 0, 0)
-    since = np.where(current >= 0, clock - onsets[np.clip(current, 0, None)] if len(onsets) else far, far)
-    has_next = current + 1 < len(onsets)
-    until = np.where(has_next, onsets[np.clip(current + 1, 0, max(len(onsets) - 1, 0))] - clock if len(onsets) else far, far)
-    return aligned.astype(np.int64), np.stack([np.minimum(since, far), np.minimum(until, far)], axis=1).astype(np.int64)
+    aligned = np.where((index >= 0) & (index <= last), positions[np.clip(index, 0, last)] + 1, 0)
+    since = np.where(current >= 0, clock - onsets[np.clip(current, 0, last)], far)
+    until = np.where(current < last, onsets[np.clip(current + 1, 0, last)] - clock, far)
+    return aligned.astype(np.int64), np.minimum(np.stack([since, until], axis=1), far).astype(np.int64)
 
 
 def slice_alignment(aligned: np.ndarray, start: int, stop: int) -> np.ndarray:
