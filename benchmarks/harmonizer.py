@@ -128,7 +128,7 @@ class Chorales:
         clock = np.r_[np.zeros(len(head), dtype=np.int64), tokenizer.clock(body)]
         aligned, distances = given_alignment(clock, *given_notes_index(tokenizer, given))
         return {"ids": ids, "fed": fed, "head": len(head), "given": given, "aligned": aligned, "distances": distances,
-                "notes": len(lower), "end": float(tokenizer.decode_notes(tokenizer.encode_notes_array(notes))[:, 2].max())}  # fmt: skip
+                "notes": len(lower)}  # fmt: skip
 
     def given_slice(self, given: np.ndarray, aligned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The soprano ids the encoder reads for written positions aligned as ``aligned`` (all of them, or
@@ -266,6 +266,7 @@ def batch_loss(model, kind: str, batch: dict) -> torch.Tensor:
 def score(model, kind: str, data: Chorales, split: str) -> tuple[float, float, int]:
     """Summed NLL of the written (lower-voice) ids of ``split``'s chorales as the harmonize decoder writes them and
     raw, and their number of notes."""
+    from multimodal.music import token_nll
     from multimodal.music.harmonize import decoder_token_nll
 
     lower_parts = list(range(1, data.tokenizer.config.num_parts))
@@ -273,21 +274,16 @@ def score(model, kind: str, data: Chorales, split: str) -> tuple[float, float, i
     for chorale, controls in data.splits[split]:
         example = data.example(chorale, controls, None, kind in FOUR_PARTS)
         reader = WindowReader(model, example, data) if kind in READING else model
+        # the decoder's window end: a new note ends by the chorale's end as written, lengths rounded to the vocabulary's
+        end = float(data.tokenizer.decode_notes(data.tokenizer.encode_notes_array(chorale))[:, 2].max())
         nll = decoder_token_nll(reader, data.tokenizer, example["ids"], example["fed"], lower_parts, data.seq_len,
-                                window_end=example["end"])  # fmt: skip
+                                window_end=end)  # fmt: skip
         written = ~example["fed"][1:]
         decoder += float(nll[written].sum())
         reader = WindowReader(model, example, data) if kind in READING else model
         raw += float(token_nll(reader, example["ids"], data.seq_len)[written].sum())
         notes += example["notes"]
     return decoder, raw, notes
-
-
-def token_nll(model, ids: np.ndarray, seq_len: int) -> np.ndarray:
-    """:func:`multimodal.music.token_nll` (imported when called)."""
-    from multimodal.music import token_nll as nll
-
-    return nll(model, ids, seq_len)
 
 
 class WindowReader(torch.nn.Module):
