@@ -1,8 +1,9 @@
 """Transcription data: real pieces rendered through SoundFonts, cut into segments of audio and the notes they start.
 
 A piece (the notes of every part, merged: transcription writes one part) is rendered whole through a
-SoundFont with one General MIDI program, at a random velocity and level, optionally with reverb and
-noise (:class:`AudioAugmentation`), and turned into a log-mel spectrogram (cached, float16). Training
+SoundFont with one General MIDI program, at a random velocity and level, optionally at a random tempo
+and with reverb and noise (:class:`AudioAugmentation`), and turned into a log-mel spectrogram (cached,
+float16). Training
 items are **segments**: the spectrogram from ``start`` to ``start + segment_seconds +
 lookahead_seconds``, and the notes whose onset lies in ``[start, start + segment_seconds)``, their
 times relative to ``start`` and their full lengths (the look-ahead lets the model hear how long a
@@ -30,10 +31,10 @@ from torch import Tensor
 from multimodal.data.storage import cache_root, cached_tensors
 from multimodal.tokenizers.audio import AudioSpectrogramTokenizer
 
-__all__ = ["AudioAugmentation", "piece_midi", "reference_notes", "render_piece", "rendered_pieces", "segment_notes", "segment_starts",
-           "stitch"]  # fmt: skip
+__all__ = ["AudioAugmentation", "at_tempo", "piece_midi", "reference_notes", "render_piece", "rendered_pieces",
+           "segment_notes", "segment_starts", "stitch"]  # fmt: skip
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: the drawn tempo of each rendering is stored
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,26 @@ class AudioAugmentation:
         reverb_probability: Chance of a synthetic room: the audio convolved with exponentially
             decaying noise (RT60 ``U(0.2, 1.2)`` s), mixed in at ``U(0.1, 0.4)``.
         noise_probability: Chance of white noise at ``U(20, 40)`` dB below the audio's RMS level.
+        tempo_range: The piece is played at a tempo factor drawn log-uniformly from ``[low, high]``
+            (1.25: a quarter faster; its notes are retimed with it, :func:`at_tempo`); ``(1, 1)``
+            keeps the piece's own tempo and draws nothing.
     """
 
     level_range_db: float = 12.0
     reverb_probability: float = 0.5
     noise_probability: float = 0.5
+    tempo_range: tuple[float, float] = (1.0, 1.0)
+
+    def __post_init__(self) -> None:
+        if len(self.tempo_range) != 2 or not 0 < self.tempo_range[0] <= self.tempo_range[1]:
+            raise ValueError(f"tempo_range={list(self.tempo_range)}: [low, high] with 0 < low <= high")
+
+    def draw_tempo(self, rng: np.random.Generator) -> float:
+        """A tempo factor from ``tempo_range`` (log-uniform); 1.0, drawing nothing, when the range is ``(1, 1)``."""
+        low, high = self.tempo_range
+        if low == high == 1.0:
+            return 1.0
+        return math.exp(rng.uniform(math.log(low), math.log(high)))
 
     def __call__(self, audio: Tensor, sample_rate: int, rng: np.random.Generator) -> Tensor:
         """``audio`` ``(samples,)`` with the drawn reverb, noise and level (a function of ``rng``'s state)."""
@@ -75,6 +91,13 @@ class AudioAugmentation:
 
 NO_AUGMENTATION = AudioAugmentation(level_range_db=0.0, reverb_probability=0.0, noise_probability=0.0)
 """Only a peak normalisation to 0 dB: how test audio is rendered."""
+
+
+def at_tempo(notes: np.ndarray, tempo: float) -> np.ndarray:
+    """``notes`` ``(n, 4+)`` played ``tempo`` times as fast: onsets and ends divided by it (a copy)."""
+    moved = np.array(notes, dtype=np.float64, copy=True)
+    moved[:, 1:3] /= tempo
+    return moved
 
 
 def piece_midi(notes: np.ndarray, program: int, velocity: int | None, rng: np.random.Generator) -> pretty_midi.PrettyMIDI:
@@ -126,10 +149,12 @@ class RenderedPieces:
     Attributes:
         spectrograms: Per piece, float16 ``(n_mels, frames)`` log-mel decibels, not normalised.
         programs: Per piece, the General MIDI program that played it.
+        notes: Per piece, the notes ``(n, 4+)`` as played: at the rendering's drawn tempo.
     """
 
     spectrograms: list[Tensor]
     programs: list[int]
+    notes: list[np.ndarray]
 
 
 def rendered_pieces(
@@ -162,17 +187,21 @@ def rendered_pieces(
     def build() -> dict[str, Any]:
         render = SoundFontRenderer(soundfont, tokenizer.sample_rate)
         raw = AudioSpectrogramTokenizer(**{**asdict(tokenizer), "mean": 0.0, "std": 1.0})
-        spectrograms, chosen = [], []
+        spectrograms, chosen, tempos = [], [], []
         for index, notes in enumerate(pieces):
             rng = np.random.default_rng([seed, index])
             program = int(programs[int(rng.integers(len(programs)))])
-            spectrograms.append(render_piece(notes, render, program, raw, rng, augmentation))
+            tempo = augmentation.draw_tempo(rng)
+            spectrograms.append(render_piece(at_tempo(notes, tempo), render, program, raw, rng, augmentation))
             chosen.append(program)
-        return {"spectrograms": spectrograms, "programs": torch.tensor(chosen)}
+            tempos.append(tempo)
+        return {"spectrograms": spectrograms, "programs": torch.tensor(chosen),
+                "tempos": torch.tensor(tempos, dtype=torch.float64)}  # fmt: skip
 
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "transcription"
     stored = cached_tensors(folder, key, build)
-    return RenderedPieces(list(stored["spectrograms"]), [int(p) for p in stored["programs"]])
+    played = [at_tempo(notes, float(tempo)) for notes, tempo in zip(pieces, stored["tempos"], strict=True)]
+    return RenderedPieces(list(stored["spectrograms"]), [int(p) for p in stored["programs"]], played)
 
 
 def reference_notes(notes: np.ndarray, tolerance: float = 1e-3) -> np.ndarray:

@@ -46,6 +46,8 @@ class TranscriptionDataModule(pl.LightningDataModule):
         programs: General MIDI programs a piece is played by (one drawn per piece and SoundFont).
         test_programs: Programs of the test audio; None: ``programs``.
         augment: Reverb, noise and a random level on the training audio (:class:`AudioAugmentation`).
+        tempo_range: With ``augment``, each training rendering plays its piece at a tempo factor drawn
+            log-uniformly from ``[low, high]`` (its notes retimed with it); None: the pieces' own tempi.
         segment_seconds, lookahead_seconds: A segment writes the notes that start in
             ``segment_seconds`` and hears ``lookahead_seconds`` more.
         max_tokens: Most ids a segment writes (BOS and EOS not counted); longer segments are cut.
@@ -67,6 +69,7 @@ class TranscriptionDataModule(pl.LightningDataModule):
         programs: list[int] | None = None,
         test_programs: list[int] | None = None,
         augment: bool = True,
+        tempo_range: list[float] | None = None,
         segment_seconds: float = 2.0,
         lookahead_seconds: float = 1.0,
         max_tokens: int = 384,
@@ -99,6 +102,8 @@ class TranscriptionDataModule(pl.LightningDataModule):
         midi = MidiDurationTokenizer(MidiDurationTokenizerConfig(time_step=time_step, num_velocity_bins=1))
         self.tokenizer = TranscriptionTokenizer(audio, midi, segment_seconds, lookahead_seconds, max_tokens)
         self.pieces, self.augment, self.max_pieces = pieces, augment, max_pieces
+        tempo = {"tempo_range": tuple(float(t) for t in tempo_range)} if tempo_range is not None else {}
+        self.train_augmentation = AudioAugmentation(**tempo) if augment else NO_AUGMENTATION
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.seed, self.cache_dir = num_workers, seed, cache_dir
         self._corpus: MidiCorpus | None = None
@@ -137,14 +142,14 @@ class TranscriptionDataModule(pl.LightningDataModule):
             _, notes = self.split_pieces(name)
             fonts = self.test_soundfonts if name == "test" else self.soundfonts
             programs = self.test_programs if name == "test" else self.programs
-            augmentation = AudioAugmentation() if name == "train" and self.augment else NO_AUGMENTATION
+            augmentation = self.train_augmentation if name == "train" else NO_AUGMENTATION
             spectrograms, pieces = [], []
             for index, font in enumerate(fonts):
                 rendered = rendered_pieces(notes, font, programs, self.tokenizer.audio,
                                            seed=self.seed * 1000 + _SPLIT_SEEDS[name] * 100 + index,
                                            augmentation=augmentation, cache_dir=self.cache_dir)  # fmt: skip
                 spectrograms += rendered.spectrograms
-                pieces += notes
+                pieces += rendered.notes
             if name == "train":
                 values = torch.cat([s.flatten().float() for s in spectrograms])
                 self.tokenizer.audio.mean, self.tokenizer.audio.std = float(values.mean()), float(values.std())

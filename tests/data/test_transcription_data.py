@@ -12,6 +12,7 @@ from multimodal.data.music import load_bach_chorales
 from multimodal.data.transcription import (
     NO_AUGMENTATION,
     AudioAugmentation,
+    at_tempo,
     reference_notes,
     rendered_pieces,
     segment_frames,
@@ -64,6 +65,49 @@ def test_augmentation_draws_a_level_and_keeps_the_length():
         assert out.shape == audio.shape and 10 ** (-12 / 20) - 1e-6 <= float(out.abs().max()) <= 1 + 1e-6
     plain = NO_AUGMENTATION(audio * 0.3, 16000, rng)
     torch.testing.assert_close(plain, audio / audio.abs().max())
+
+
+def test_at_tempo_retimes_onsets_and_ends_only():
+    notes = _notes([[60, 1.0, 2.0, 90], [64, 3.0, 3.5, 80]])
+    np.testing.assert_allclose(at_tempo(notes, 2.0), [[60, 0.5, 1.0, 90], [64, 1.5, 1.75, 80]])
+    np.testing.assert_allclose(at_tempo(notes, 0.8), [[60, 1.25, 2.5, 90], [64, 3.75, 4.375, 80]])
+    assert notes[0, 1] == 1.0  # a copy
+
+
+def test_drawn_tempo_is_log_uniform_in_its_range_and_the_default_draws_nothing():
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    assert AudioAugmentation().draw_tempo(rng) == 1.0 and NO_AUGMENTATION.draw_tempo(rng) == 1.0
+    assert rng.bit_generator.state == state  # the default's renderings draw what they drew before tempi existed
+    draws = np.array([AudioAugmentation(tempo_range=(0.5, 2.0)).draw_tempo(rng) for _ in range(4000)])
+    assert draws.min() >= 0.5 and draws.max() <= 2.0
+    # log-uniform on [1/2, 2]: half the draws are slower than the piece (a uniform draw would make a third)
+    assert abs(float((draws < 1.0).mean()) - 0.5) < 0.03
+    assert abs(float((draws < 2**0.5).mean()) - 0.75) < 0.03
+    for bad in [(0.0, 1.0), (2.0, 1.0), (1.0,)]:
+        with pytest.raises(ValueError, match="tempo_range"):
+            AudioAugmentation(tempo_range=bad)
+
+
+def test_rendered_pieces_play_each_piece_at_its_drawn_tempo(tmp_path):
+    pytest.importorskip("tinysoundfont")
+    from multimodal.audio.synthesis import TAIL_SECONDS, bundled_soundfont
+
+    piece = _notes([[60 + 2 * k, 0.5 * k, 0.5 * k + 0.5, 90] for k in range(8)])  # 4 seconds
+    faster = AudioAugmentation(level_range_db=0.0, reverb_probability=0.0, noise_probability=0.0, tempo_range=(2.5, 4.0))
+    tokenizer = AudioSpectrogramTokenizer(n_mels=16, n_fft=400)
+    rendered = rendered_pieces([piece] * 3, bundled_soundfont(), [0], tokenizer, seed=1, augmentation=faster,
+                               cache_dir=tmp_path)  # fmt: skip
+    factors = []
+    for played, spectrogram in zip(rendered.notes, rendered.spectrograms, strict=True):
+        factor = 4.0 / played[-1, 2]
+        assert 2.5 <= factor <= 4.0
+        np.testing.assert_allclose(played, at_tempo(piece, factor))
+        # the audio ends with the retimed notes (plus at most the release), not with the 4-second original
+        heard = spectrogram.shape[1] / 100 - played[-1, 2]
+        assert 0 <= heard <= TAIL_SECONDS + 0.05
+        factors.append(factor)
+    assert len(set(np.round(factors, 6))) == 3  # each rendering draws its own tempo
 
 
 def test_rendered_pieces_are_cached_and_a_function_of_the_seed(tmp_path, monkeypatch):
@@ -126,4 +170,20 @@ def test_data_module_items_hold_the_segments_notes_and_normalised_audio(tmp_path
     assert spectrograms.shape == (2, 32, 300) and batch.shape[1] == max(len(train[0][1]), len(train[1][1]))
     with pytest.raises(ValueError, match="programs"):
         TranscriptionDataModule(programs=[200])
+    with pytest.raises(ValueError, match="tempo_range"):
+        TranscriptionDataModule(tempo_range=[1.5, 1.0])
+
+
+def test_data_module_retimes_the_training_notes_with_the_audio_only(tmp_path, monkeypatch):
+    pytest.importorskip("tinysoundfont")
+    monkeypatch.setenv("MULTIMODAL_CACHE", str(tmp_path / "cache"))
+    data = TranscriptionDataModule(pieces=str(melody_folder(tmp_path / "tunes")), max_pieces=2, n_mels=32, n_fft=400,
+                                   tempo_range=[1.6, 1.6])  # fmt: skip
+    _, notes = data.split_pieces("train")
+    for played, original in zip(data.split("train").pieces, notes, strict=True):
+        np.testing.assert_allclose(played[:, 1:3], original[:, 1:3] / 1.6)
+        np.testing.assert_array_equal(played[:, [0, 3]], original[:, [0, 3]])
+    _, val_notes = data.split_pieces("val")
+    for played, original in zip(data.split("val").pieces, val_notes, strict=True):
+        np.testing.assert_array_equal(played, original)
     assert transcription.segment_starts(3.0, 2.0) == [0.0, 2.0]
