@@ -91,6 +91,7 @@ def main() -> None:
                 result = run_ours(config, data, args, seed, files) if name == "ours" else run_basic_pitch(files)
                 result.update(model=name, seed=seed, split=split, budget_minutes=args.minutes if name == "ours" else None, soundfont=font, test_soundfont=args.test_soundfont, test_program=args.test_program,
                               train_soundfonts=args.train_soundfonts, data_overrides=args.data, overrides=args.set,
+                              tempo_range=data_args.get("tempo_range"),
                               test_pieces=len(files))  # fmt: skip
                 print(f"{name} seed {seed}: onset F1 {result['onset_f1']:.4f}, onset+offset F1 {result['offset_f1']:.4f}, "
                       f"{result['audio_per_second']:.1f} s of audio per second", flush=True)  # fmt: skip
@@ -181,27 +182,25 @@ def tables(results: list[dict]) -> str:
             continue
         split = "validation chorales, a training SoundFont" if stage == "select" else "test chorales, a SoundFont never heard"
         lines += [f"{stage}: note F1 on {rows[0]['test_pieces']} {split} (mean over pieces), mean ± sd over seeds", "",
-                  "| model | overrides | budget (min) | seeds | training minutes | val NLL | onset P | onset R | onset F1 | "
-                  "onset+offset F1 | audio s per s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+                  "| model | overrides | training tempo | budget (min) | seeds | training minutes | val NLL | onset P | onset R | onset F1 | "
+                  "onset+offset F1 | audio s per s |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((r["model"], " ".join(r["overrides"] + r["data_overrides"]), budget(r)), []).append(r)
-        for (model, overrides, minutes), group in groups.items():
+            groups.setdefault((r["model"], " ".join(r["overrides"] + r["data_overrides"]), tempo(r), budget(r)), []).append(r)
+        for (model, overrides, tempi, minutes), group in groups.items():
             def cell(key: str, digits: int = 4, group: list[dict] = group) -> str:
                 values = [r[key] for r in group if key in r]
                 return spread(values, digits) if values else "-"
 
-            lines.append(f"| {model} | {overrides or '-'} | {minutes if minutes is not None else '-'} | {len(group)} | {cell('minutes', 1)} | {cell('val_nll', 3)} | "
+            lines.append(f"| {model} | {overrides or '-'} | {tempi or '-'} | {minutes if minutes is not None else '-'} | {len(group)} | {cell('minutes', 1)} | {cell('val_nll', 3)} | "
                          f"{cell('onset_precision')} | {cell('onset_recall')} | {cell('onset_f1')} | {cell('offset_f1')} | "
                          f"{cell('audio_per_second', 1)} |")  # fmt: skip
         peer = [r for r in rows if r["model"] == "basic-pitch"]
-        budgets = sorted({budget(r) for r in rows if r["model"] == "ours"})
-        for minutes in budgets if peer else []:
-            ours = [r for r in rows if r["model"] == "ours" and not r["overrides"] and not r["data_overrides"]
-                    and budget(r) == minutes]  # fmt: skip
-            if not ours:
-                continue
-            lines.append(f"\n{minutes:g} minutes of training. Onset F1 minus basic-pitch's ({peer[-1]['onset_f1']:.4f}) per seed: "
+        plain = [r for r in rows if r["model"] == "ours" and not r["overrides"]
+                 and all(d.startswith("tempo_range=") for d in r["data_overrides"])]  # fmt: skip
+        for minutes, tempi in sorted({(budget(r), tempo(r)) for r in plain}) if peer else []:
+            ours = [r for r in plain if budget(r) == minutes and tempo(r) == tempi]
+            lines.append(f"\n{minutes:g} minutes of training{f', tempo range {tempi}' if tempi else ''}. Onset F1 minus basic-pitch's ({peer[-1]['onset_f1']:.4f}) per seed: "
                          f"{spread([r['onset_f1'] - peer[-1]['onset_f1'] for r in ours])}; above it: "
                          f"{verdict([r['onset_f1'] - peer[-1]['onset_f1'] for r in ours], 0.0, lower_is_better=False)}")
             lines.append(f"Onset+offset F1 minus basic-pitch's ({peer[-1]['offset_f1']:.4f}) per seed: "
@@ -209,6 +208,11 @@ def tables(results: list[dict]) -> str:
                          f"{verdict([r['offset_f1'] - peer[-1]['offset_f1'] for r in ours], 0.1, lower_is_better=False)}")  # fmt: skip
         lines.append("")
     return "\n".join(lines)
+
+
+def tempo(row: dict) -> str:
+    """The training renderings' tempo range of a row (``TranscriptionDataModule.tempo_range``); "" for the pieces' own."""
+    return "{:g}-{:g}".format(*row["tempo_range"]) if row.get("tempo_range") else ""
 
 
 def budget(row: dict) -> float | None:
