@@ -3,8 +3,7 @@
 A piece (the notes of every part, merged: transcription writes one part) is rendered whole through a
 SoundFont with one General MIDI program, at a random velocity and level, optionally at a random tempo
 and with reverb and noise (:class:`AudioAugmentation`), and turned into a log-mel spectrogram (cached,
-float16). Training
-items are **segments**: the spectrogram from ``start`` to ``start + segment_seconds +
+float16). Training items are **segments**: the spectrogram from ``start`` to ``start + segment_seconds +
 lookahead_seconds``, and the notes whose onset lies in ``[start, start + segment_seconds)``, their
 times relative to ``start`` and their full lengths (the look-ahead lets the model hear how long a
 note near the segment's end lasts). Segments tile a piece without overlap in what they write, so
