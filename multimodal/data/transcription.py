@@ -27,10 +27,11 @@ import pretty_midi
 import torch
 from torch import Tensor
 
+from multimodal.data.music import stretch_notes
 from multimodal.data.storage import cache_root, cached_tensors
 from multimodal.tokenizers.audio import AudioSpectrogramTokenizer
 
-__all__ = ["AudioAugmentation", "at_tempo", "piece_midi", "reference_notes", "render_piece", "rendered_pieces",
+__all__ = ["AudioAugmentation", "piece_midi", "reference_notes", "render_piece", "rendered_pieces",
            "segment_notes", "segment_starts", "stitch"]  # fmt: skip
 
 _CACHE_VERSION = 2  # 2: the drawn tempo of each rendering is stored
@@ -46,7 +47,7 @@ class AudioAugmentation:
             decaying noise (RT60 ``U(0.2, 1.2)`` s), mixed in at ``U(0.1, 0.4)``.
         noise_probability: Chance of white noise at ``U(20, 40)`` dB below the audio's RMS level.
         tempo_range: The piece is played at a tempo factor drawn log-uniformly from ``[low, high]``
-            (1.25: a quarter faster; its notes are retimed with it, :func:`at_tempo`); ``(1, 1)``
+            (1.25: a quarter faster; its times are divided by it); ``(1, 1)``
             keeps the piece's own tempo and draws nothing.
     """
 
@@ -90,13 +91,6 @@ class AudioAugmentation:
 
 NO_AUGMENTATION = AudioAugmentation(level_range_db=0.0, reverb_probability=0.0, noise_probability=0.0)
 """Only a peak normalisation to 0 dB: how test audio is rendered."""
-
-
-def at_tempo(notes: np.ndarray, tempo: float) -> np.ndarray:
-    """``notes`` ``(n, 4+)`` played ``tempo`` times as fast: onsets and ends divided by it (a copy)."""
-    moved = np.array(notes, dtype=np.float64, copy=True)
-    moved[:, 1:3] /= tempo
-    return moved
 
 
 def piece_midi(notes: np.ndarray, program: int, velocity: int | None, rng: np.random.Generator) -> pretty_midi.PrettyMIDI:
@@ -191,7 +185,7 @@ def rendered_pieces(
             rng = np.random.default_rng([seed, index])
             program = int(programs[int(rng.integers(len(programs)))])
             tempo = augmentation.draw_tempo(rng)
-            spectrograms.append(render_piece(at_tempo(notes, tempo), render, program, raw, rng, augmentation))
+            spectrograms.append(render_piece(stretch_notes(notes, 1 / tempo), render, program, raw, rng, augmentation))
             chosen.append(program)
             tempos.append(tempo)
         return {"spectrograms": spectrograms, "programs": torch.tensor(chosen),
@@ -199,7 +193,7 @@ def rendered_pieces(
 
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "transcription"
     stored = cached_tensors(folder, key, build)
-    played = [at_tempo(notes, float(tempo)) for notes, tempo in zip(pieces, stored["tempos"], strict=True)]
+    played = [stretch_notes(notes, 1 / float(tempo)) for notes, tempo in zip(pieces, stored["tempos"], strict=True)]
     return RenderedPieces(list(stored["spectrograms"]), [int(p) for p in stored["programs"]], played)
 
 
