@@ -91,7 +91,8 @@ def main() -> None:
                 result = run_ours(config, data, args, seed, files) if name == "ours" else run_basic_pitch(files)
                 result.update(model=name, seed=seed, split=split, budget_minutes=args.minutes if name == "ours" else None, soundfont=font, test_soundfont=args.test_soundfont, test_program=args.test_program,
                               train_soundfonts=args.train_soundfonts, data_overrides=args.data, overrides=args.set,
-                              tempo_range=data_args.get("tempo_range"),
+                              tempo_range=data_args.get("tempo_range") if name == "ours" else None,
+                              date=time.strftime("%Y-%m-%d", time.gmtime()),
                               test_pieces=len(files))  # fmt: skip
                 print(f"{name} seed {seed}: onset F1 {result['onset_f1']:.4f}, onset+offset F1 {result['offset_f1']:.4f}, "
                       f"{result['audio_per_second']:.1f} s of audio per second", flush=True)  # fmt: skip
@@ -186,7 +187,9 @@ def tables(results: list[dict]) -> str:
                   "onset+offset F1 | audio s per s |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((r["model"], " ".join(r["overrides"] + r["data_overrides"]), tempo(r), budget(r)), []).append(r)
+            # the peer is deterministic: one row per run, named by its date, as only its speed moves between days
+            model = r["model"] if r["model"] == "ours" else f"{r['model']} ({r['date']})" if "date" in r else r["model"]
+            groups.setdefault((model, " ".join(r["overrides"] + r["data_overrides"]), tempo(r), budget(r)), []).append(r)
         for (model, overrides, tempi, minutes), group in groups.items():
             def cell(key: str, digits: int = 4, group: list[dict] = group) -> str:
                 values = [r[key] for r in group if key in r]
