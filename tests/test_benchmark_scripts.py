@@ -440,7 +440,19 @@ def test_transcription_selects_on_validation_and_reports_test(tmp_path, monkeypa
     assert [(r["stage"], r["split"]) for r in rows] == [("select", "val"), ("report", "test")]
     assert all(0 <= r["onset_f1"] <= 1 and r["audio_per_second"] > 0 and r["steps"] > 0 for r in rows)
     assert all(r["budget_minutes"] == 0.05 for r in rows)  # the table groups runs by their budget
+    config = (ROOT / "configs/transcription.yaml").read_text()
+    assert all(f"tempo_range: {r['tempo_range']}" in config and len(r["date"].split("-")) == 3 for r in rows)
     assert "| 0.05 | 1 |" in _run("transcription.py", "--table", "--out", str(out))
+    # the peer is deterministic: a row per run, named by its date (its speed moves between days), never by tempo
+    plain = {**rows[1], "overrides": [], "data_overrides": []}  # the verdicts judge runs of the config as it is
+    peer = {**plain, "model": "basic-pitch", "tempo_range": None, "budget_minutes": None, "onset_f1": 0.5}
+    with out.open("a") as file:
+        file.write(json.dumps(plain) + "\n")
+        for day, speed in (("2026-12-03", 45.0), ("2026-12-05", 36.0)):
+            file.write(json.dumps({**peer, "date": day, "audio_per_second": speed}) + "\n")
+    table = _run("transcription.py", "--table", "--out", str(out))
+    assert "| basic-pitch (2026-12-03) | - | - | - | 1 |" in table and "| 36.0 |" in table and "| 45.0 |" in table
+    assert "Onset F1 minus basic-pitch's (0.5000)" in table
 
 
 @pytest.mark.slow  # about a minute on 2 cores: `make test-all` runs it
