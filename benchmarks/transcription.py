@@ -188,7 +188,7 @@ def tables(results: list[dict]) -> str:
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
             # the peer is deterministic: one row per run, named by its date, as only its speed moves between days
-            model = r["model"] if r["model"] == "ours" else f"{r['model']} ({r['date']})" if "date" in r else r["model"]
+            model = f"{r['model']} ({r['date']})" if r["model"] != "ours" and "date" in r else r["model"]
             groups.setdefault((model, " ".join(r["overrides"] + r["data_overrides"]), tempo(r), budget(r)), []).append(r)
         for (model, overrides, tempi, minutes), group in groups.items():
             def cell(key: str, digits: int = 4, group: list[dict] = group) -> str:
