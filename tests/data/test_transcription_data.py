@@ -166,6 +166,7 @@ def test_data_module_items_hold_the_segments_notes_and_normalised_audio(tmp_path
         TranscriptionDataModule(programs=[200])
     with pytest.raises(ValueError, match="tempo_range"):
         TranscriptionDataModule(tempo_range=[1.5, 1.0])
+    assert transcription.segment_starts(3.0, 2.0) == [0.0, 2.0]
 
 
 def test_data_module_retimes_the_training_notes_with_the_audio_only(tmp_path, monkeypatch):
@@ -180,4 +181,3 @@ def test_data_module_retimes_the_training_notes_with_the_audio_only(tmp_path, mo
     _, val_notes = data.split_pieces("val")
     for played, original in zip(data.split("val").pieces, val_notes, strict=True):
         np.testing.assert_array_equal(played, original)
-    assert transcription.segment_starts(3.0, 2.0) == [0.0, 2.0]
