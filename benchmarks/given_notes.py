@@ -68,12 +68,11 @@ ENCODINGS = {
 
 
 def shipped_base() -> str:
-    """The first 12 hex digits of the shipped model's weights' SHA-256 (its ``SHA256SUMS``): the model the runs
-    fine-tune. Rows record it, so a run from another shipped model is neither reused nor averaged with it
-    (rows without it fine-tuned the first stage, 3,000 steps)."""
-    from multimodal.pretrained import listed_checksums, shipped_path
+    """The shipped weights the runs fine-tune (:func:`multimodal.pretrained.weights_id`); rows without it
+    fine-tuned the first stage, 3,000 steps."""
+    from multimodal.pretrained import weights_id
 
-    return listed_checksums(shipped_path("music"))["model.safetensors"][:12]
+    return weights_id("music")
 
 
 def main() -> None:

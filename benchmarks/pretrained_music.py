@@ -46,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import music_direction
 from protocol import load, record, spread
 
+from multimodal.pretrained import weights_id
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 SHIPPED_RUN = ROOT / "outputs" / "pretrained_music_stage2"  # the second stage's run (configs/pretrained/music_stage2.yaml)
@@ -90,11 +92,11 @@ def main() -> None:
         record(args.out, result, stage="report")
         print(json.dumps(result))
     if args.finetune:
-        done = {(row["start"], row["seed"]) for row in load(args.out) if row.get("kind") == "finetune"
+        done = {(row["start"], row["seed"], row.get("base")) for row in load(args.out) if row.get("kind") == "finetune"
                 and row["steps"] == args.finetune_steps and row["collection"] == args.finetune_collection}  # fmt: skip
         for seed in args.seeds:
             for start in ("shipped", "scratch"):
-                if (start, seed) not in done:
+                if (start, seed, finetune_base(start)) not in done:
                     record(args.out, finetune_run(start, seed, args), stage="report")
     if args.export:
         export(args)
@@ -117,10 +119,19 @@ def train_peer(seed: int) -> Path:
     return best
 
 
+def finetune_base(start: str) -> str | None:
+    """The weights a fine-tuning run starts from: the shipped model's id (``start="shipped"``), None from scratch.
+
+    Rows of runs from the shipped weights carry it (rows without it started from the first stage's weights).
+    """
+    return weights_id("music") if start == "shipped" else None
+
+
 def finetune_run(start: str, seed: int, args: argparse.Namespace) -> dict:
     """One run on ``--finetune-collection``: from the shipped weights (``start="shipped"``) or from scratch."""
     root = ROOT / "outputs" / "pretrained_music_finetune"
-    name = f"{args.finetune_collection}_{start}_seed{seed}"
+    base = finetune_base(start)
+    name = f"{args.finetune_collection}_{start}_seed{seed}" + (f"_{base[:8]}" if base else "")
     steps = args.finetune_steps
     command = [sys.executable, "-m", "tasks.cli", "fit", "--config", str(CONFIGS / "music_continuation.yaml"),
                "--config", str(CONFIGS / "pretrained" / "music.yaml"),
@@ -137,7 +148,7 @@ def finetune_run(start: str, seed: int, args: argparse.Namespace) -> dict:
     numbers = per_collection(best)[args.finetune_collection]
     # "seconds": of test music (per_collection); "run_seconds": this run's training and scoring
     return {"kind": "finetune", "collection": args.finetune_collection, "start": start, "seed": seed, "steps": steps,
-            **numbers, "run_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+            **({"base": base} if base else {}), **numbers, "run_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
 
 def report(args: argparse.Namespace) -> dict:
@@ -328,11 +339,13 @@ def table(rows: list[dict]) -> str:
         lines += ["", f"fine-tuning on {tuned[0]['collection']} ({tuned[0]['pieces']} test pieces), "
                   f"{tuned[0]['steps']} steps each:", "", "| start | runs | test nats/note | test nats/s |",
                   "|---|---:|---:|---:|"]  # fmt: skip
-        for start in ("shipped", "scratch"):
-            runs = [t for t in tuned if t["start"] == start]
-            if runs:
-                lines.append(f"| {start} | {len(runs)} | {spread([t['nats_per_note'] for t in runs], 3)} | "
-                             f"{spread([t['nats_per_second'] for t in runs], 2)} |")  # fmt: skip
+        # one row per starting point: from scratch, and from each shipped model's weights (rows without a base
+        # started from the first stage's)
+        for start, base in dict.fromkeys((t["start"], t.get("base")) for t in tuned):
+            runs = [t for t in tuned if (t["start"], t.get("base")) == (start, base)]
+            label = start if start == "scratch" else f"shipped ({base or 'first stage'})"
+            lines.append(f"| {label} | {len(runs)} | {spread([t['nats_per_note'] for t in runs], 3)} | "
+                         f"{spread([t['nats_per_second'] for t in runs], 2)} |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -515,6 +515,27 @@ def test_pretrained_music_reuses_peers_only_from_a_report_on_the_same_test_piece
     assert pretrained_music.recorded_peers(rows, 30, "results.jsonl") == ([], None)
 
 
+def test_pretrained_music_table_keeps_fine_tunings_from_different_weights_apart(monkeypatch):
+    """Fine-tuning rows are averaged per starting point: scratch, and each shipped model's weights."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import pretrained_music
+
+    def run(start, nats, base=None):
+        row = {"kind": "finetune", "stage": "report", "collection": "trecento", "pieces": 8, "steps": 150,
+               "start": start, "nats_per_note": nats, "nats_per_second": 4 * nats}
+        return {**row, "base": base} if base else row
+
+    report = {"stage": "report", "parameters": 2e6, "steps": 10, "folder_bytes": 2**20,
+              "float32": {"per_collection": {}, **dict.fromkeys(("key_accuracy", "key_baseline_accuracy",
+                          "style_accuracy", "style_classifier_test_accuracy"), 0.5)}, "float16": {"per_collection": {}}}
+    rows = [report, run("shipped", 4.0), run("shipped", 4.2), run("scratch", 6.0),
+            run("shipped", 3.0, base="84064406f9d9"), run("shipped", 3.2, base="84064406f9d9")]
+    table = pretrained_music.table(rows)
+    assert "| shipped (first stage) | 2 | 4.100 ± 0.141 |" in table
+    assert "| shipped (84064406f9d9) | 2 | 3.100 ± 0.141 |" in table
+    assert "| scratch | 1 | 6.000 |" in table
+
+
 def test_pretrained_music_part_nats_is_what_naming_each_notes_part_costs(monkeypatch):
     """part_nats against a note-by-note count: -log of the joint PITCH id's probability over its pitch's
     probability summed over the parts, from the softmax of each window's logits."""

@@ -3,6 +3,7 @@ music from held-out chorales it never trained on."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from multimodal.data.music import piece_split
 from multimodal.data.music21_corpus import load_music21_corpus, music21_corpus_dir
-from multimodal.pretrained import HERE, SHIPPED, file_checksums, resolve_model, verify
+from multimodal.pretrained import HERE, SHIPPED, file_checksums, resolve_model, verify, weights_id
 from tasks.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,12 @@ def test_the_shipped_folder_matches_its_checksums_and_stays_small():
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(listed)
     assert verify(FOLDER) == [] and file_checksums(FOLDER) == listed
     assert sum(path.stat().st_size for path in FOLDER.iterdir()) < 30 * 2**20
+
+
+def test_the_weights_id_is_the_start_of_the_weights_file_sha256():
+    assert weights_id("music") == hashlib.sha256((FOLDER / "model.safetensors").read_bytes()).hexdigest()[:12]
+    with pytest.raises(ValueError, match="not a shipped model"):
+        weights_id("poetry")
 
 
 def test_a_changed_byte_is_caught(tmp_path):

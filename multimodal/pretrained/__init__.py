@@ -64,6 +64,15 @@ def listed_checksums(folder: str | Path) -> dict[str, str]:
     return {name: digest for digest, _, name in (line.partition("  ") for line in lines)}
 
 
+def weights_id(name: str) -> str:
+    """The first 12 hex digits of the shipped model ``name``'s weights' SHA-256, as its ``SHA256SUMS`` lists them.
+
+    Benchmarks that start from a shipped model record it, so runs from other weights are neither reused nor
+    averaged with them.
+    """
+    return listed_checksums(shipped_path(name))["model.safetensors"][:12]
+
+
 def verify(folder: str | Path) -> list[str]:
     """Files of ``folder`` whose SHA-256 differs from ``SHA256SUMS`` (or that are missing or not listed); [] if all match."""
     listed, found = listed_checksums(folder), file_checksums(folder)
