@@ -53,6 +53,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread
 
+from multimodal.pretrained import weights_id
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DECODER_FIELD = "harmonization_given_decoder_nats_per_note"  # rows scored as the decoder writes (since 2026-12-04)
@@ -67,14 +69,6 @@ ENCODINGS = {
 }
 
 
-def shipped_base() -> str:
-    """The shipped weights the runs fine-tune (:func:`multimodal.pretrained.weights_id`); rows without it
-    fine-tuned the first stage, 3,000 steps."""
-    from multimodal.pretrained import weights_id
-
-    return weights_id("music")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -85,7 +79,7 @@ def main() -> None:
                         help="infilling with GAP AFTER MIDDLE ids: the music after the span is read this many seconds "
                              "before its end (infill's read_after; default: at the span's start; more than --span: "
                              "the music before the span from there on is read again after it)")  # fmt: skip
-    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / f"given_notes_{ENCODING}_{shipped_base()[:8]}",
+    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / f"given_notes_{ENCODING}_{weights_id('music')[:8]}",
                         help="the runs' folder (one per encoding and shipped model: a run of another one is never "
                              "resumed)")  # fmt: skip
     parser.add_argument("--set", nargs=argparse.REMAINDER, default=[],
@@ -126,7 +120,8 @@ def main() -> None:
         print(json.dumps(by_kind(args.by_kind, "val" if args.stage == "select" else "test")))
         return
     torch.set_num_threads(2)
-    base = "none" if args.tiny else shipped_base()
+    # the shipped weights the runs fine-tune; rows without a base fine-tuned the first stage (3,000 steps)
+    base = "none" if args.tiny else weights_id("music")
     same = [row for row in load(args.out)
             if row.get("steps") == args.steps and row.get("stage") == args.stage and row.get("set", []) == args.set
             and row.get("encoding") == ENCODING and row.get("base") == base and row.get("read_after") == args.read_after]
