@@ -38,6 +38,8 @@ import subprocess
 import sys
 import time
 
+from machine import machine
+
 IMPLEMENTATIONS = [
     "sdpa",
     "naive_shaw",
@@ -64,6 +66,7 @@ def main() -> None:
         job = json.loads(args.worker)
         print(json.dumps(_measure_in_turns(**job) if "names" in job else _measure(**job)))
         return
+    print(f"# {machine()}")
     for mode in args.modes:
         rows = {}
         for length in args.lengths:

@@ -21,8 +21,6 @@ file → ids, parsed piece → ids, ids → in-memory piece. The ratio is ours /
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pretty_midi
+from machine import machine
 
 from multimodal.data.music import cache_root, load_bach_chorales
 from multimodal.tokenizers.midi import MidiTokenizer
@@ -47,19 +46,10 @@ def main() -> None:
     folder = cache_root() / "bach_chorales" / "midi"
     paths = [folder / f"{name}.mid" for name in corpus.names]
     tokenizer = MidiTokenizer()
-    print(f"{date.today()} · {cpu_name()} · {os.cpu_count()} CPU cores · {len(paths)} chorales\n")
+    print(f"{date.today()} · {machine()} · {len(paths)} chorales\n")
     print_round_trip(tokenizer, paths)
     print()
     print_speed(tokenizer, paths, corpus.notes, args.repeats)
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo where there is one, else what ``platform`` says."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def print_round_trip(tokenizer: MidiTokenizer, paths: list[Path]) -> None:

@@ -34,11 +34,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
 import torch
+from machine import machine
 from torch import nn
 
 from multimodal.generation import generate, generate_batch, sample_next
@@ -63,8 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    machine = platform.processor() or platform.machine()
-    print(f"# {machine}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    print(f"# {machine()}")
     print(f"# batch 1, prompt {args.prompt_len}, {args.new_tokens} new tokens, {args.rounds} rounds\n")
     torch.manual_seed(0)
     ours, hf = our_model(), hf_model()

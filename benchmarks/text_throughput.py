@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import platform
 import resource
 import statistics
 import subprocess
@@ -49,6 +48,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from machine import machine
 from torch import Tensor, nn
 
 from multimodal.models import CausalLM, CausalLMConfig
@@ -86,8 +86,7 @@ def main() -> None:
     if args.memory:
         print(memory_table(args.memory, args.batch_size, args.seq_len, args.threads))
         return
-    machine = platform.processor() or platform.machine()
-    print(f"# {machine}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    print(f"# {machine()}")
     print(f"# batch {args.batch_size} x seq {args.seq_len}; {args.rounds} rounds x {args.steps} steps\n")
     float32 = None
     for precision in args.precision:

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -573,3 +574,22 @@ def test_pretrained_music_part_nats_is_what_naming_each_notes_part_costs(monkeyp
                     notes_seen += 1
     assert count == notes_seen > 0
     assert nats == pytest.approx(expected, rel=1e-4) and nats > 0
+
+
+def test_machine_line_names_the_cpu_its_vector_isa_and_its_bf16_units():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    from machine import machine
+
+    line = machine()
+    assert torch.backends.cpu.get_cpu_capability() in line and f"torch {torch.__version__}" in line
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        pytest.skip("no /proc/cpuinfo")
+    first = cpuinfo.read_text().split("\n\n")[0]
+    model = re.search(r"^model name\s*:\s*(.+)$", first, re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.+)$", first, re.MULTILINE).group(1).split()
+    assert model is None or line.startswith(model.group(1).strip())
+    assert ("AMX-BF16" in line) == ("amx_bf16" in flags)
+    assert ("AVX-512-BF16" in line) == ("avx512_bf16" in flags)
+    assert ("no bf16 units" in line) == ("amx_bf16" not in flags and "avx512_bf16" not in flags)

@@ -5,12 +5,18 @@ additive ``attn_mask`` that backend fails on strided or unaligned biases ("misal
 seen on an H200 with the skewed relative kernel's bias view, ``make gpu-check``) and reads a
 float32 bias beside bf16/fp16 queries as if it were in the queries' dtype (pytorch/pytorch#191612).
 :func:`sdpa_with_bias` hands the bias over in the queries' dtype and lets only the
-memory-efficient and math backends run (PyTorch pads the bias to their alignment itself). On the
-CPU it is plain ``scaled_dot_product_attention``.
+memory-efficient and math backends run (PyTorch pads the bias to their alignment itself).
+
+On the CPU it is plain ``scaled_dot_product_attention``, except in training under bf16/fp16
+autocast: PyTorch 2.11's fused CPU kernel runs its *backward* in 16 bits slower than in float32
+even on a CPU with AMX (17x at the Fashion-MNIST ViT's 17 tokens, 1.7x at 256, 1.1x at 1,024;
+docs/benchmarks.md), so attention whose backward will run is computed in float32 there and its
+output handed back in the queries' dtype. Inference keeps 16 bits (its forward is faster).
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -27,7 +33,24 @@ def sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, **
             ``(batch, heads, q_len, k_len)``; any strides.
         kwargs: ``dropout_p``, ``scale``, ``is_causal``, ``enable_gqa`` as SDPA takes them.
     """
+    if _backward_in_float32(q, k, v):
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.float()
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=attn_mask, **kwargs
+            ).to(q.dtype)
     if q.device.type != "cuda" or attn_mask is None or not attn_mask.is_floating_point():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kwargs)
     with sdpa_kernel(_BIAS_BACKENDS):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype), **kwargs)
+
+
+def _backward_in_float32(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """True for 16-bit attention on the CPU whose backward will run (see the module's docstring)."""
+    return (
+        q.device.type == "cpu"
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and torch.is_grad_enabled()
+        and (q.requires_grad or k.requires_grad or v.requires_grad)
+    )

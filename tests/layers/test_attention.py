@@ -163,3 +163,28 @@ def test_first_outputs_only_equal_the_full_stack_sliced_values_and_gradients(sta
     )  # fmt: skip
     with pytest.raises(ValueError, match="num_outputs"):
         model(x, num_outputs=18)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_bf16_training_attention_on_cpu_matches_naive_attention(padded):
+    # Under bf16 autocast the CPU path computes attention whose backward will run in float32
+    # (multimodal/layers/sdpa.py): outputs and gradients must still be those of the bf16 inputs,
+    # handed back in bf16.
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 17, 16, generator=g).bfloat16().requires_grad_() for _ in range(3))
+    padding = torch.zeros(2, 17, dtype=torch.bool)
+    if padded:
+        padding[1, 13:] = True
+    allowed = ~padding[:, None, :].expand(2, 17, 17) & torch.ones(17, 17, dtype=torch.bool).tril()
+    with torch.autocast("cpu", torch.bfloat16):
+        out = attend(q, k, v, causal=True, key_padding_mask=padding if padded else None)
+    assert out.dtype == torch.bfloat16
+    weights = torch.randn(out.shape, generator=g)
+    (out.float() * weights).sum().backward()
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    expected = naive_attention(*leaves, allowed)
+    (expected * weights.double()).sum().backward()
+    torch.testing.assert_close(out.double(), expected.detach(), atol=2e-2, rtol=1e-2)
+    for got, want in zip((q, k, v), leaves, strict=True):
+        assert got.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(got.grad.double(), want.grad, atol=3e-2, rtol=2e-2)
