@@ -19,6 +19,10 @@ kernel), ``naive_shaw`` and ``plain_skew`` (the two classic ways of computing it
 (q and k turned, then causal SDPA), ``alibi`` (query-blocked SDPA with the distance bias), and
 ``ours_b{N}`` (the relative kernel with query blocks of N: the block-size sweep).
 
+``--dtype bfloat16``: q, k and v in bf16, every call under bf16 autocast (the relative table stays
+float32, as in a model). ``sdpa`` is then PyTorch's own bf16 kernel, forward and backward; compare
+with a float32 run of the same command to see what 16 bits buy on this CPU.
+
 Usage::
 
     python benchmarks/attention.py                       # the relative table of docs/benchmarks.md
@@ -26,6 +30,8 @@ Usage::
     python benchmarks/attention.py --implementations sdpa ours_b32 ours_b64 ours_b128 ours_b256 --modes train
     python benchmarks/attention.py --implementations sdpa ours --lengths 1024 2048 4096 --modes train forward \
         --repeats 10 --taking-turns
+    python benchmarks/attention.py --implementations sdpa --lengths 17 256 1024 --modes train forward \
+        --repeats 10 --taking-turns --batch 8 --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ def main() -> None:
     parser.add_argument(
         "--taking-turns", action="store_true", help="all implementations in one process, in turns"
     )
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -71,16 +79,16 @@ def main() -> None:
         rows = {}
         for length in args.lengths:
             if args.taking_turns:
-                job = dict(names=args.implementations, length=length, mode=mode, repeats=args.repeats)
+                job = dict(names=args.implementations, length=length, mode=mode, repeats=args.repeats, dtype=args.dtype, batch=args.batch)
                 turns = _run_fresh(job)
                 for name in args.implementations:  # a skipped one, or all of them when the process failed
                     rows[length, name] = turns.get(name) or _skip({**job, "name": name}) or turns
                 continue
             for name in args.implementations:
                 rows[length, name] = _run_fresh(
-                    dict(name=name, length=length, mode=mode, repeats=args.repeats)
+                    dict(name=name, length=length, mode=mode, repeats=args.repeats, dtype=args.dtype, batch=args.batch)
                 )
-        _print_table(mode, args.lengths, args.implementations, rows)
+        _print_table(mode, args.lengths, args.implementations, rows, args.dtype, args.batch)
 
 
 def _run_fresh(job: dict) -> dict:
@@ -107,17 +115,19 @@ def _skip(job: dict) -> dict:
     return {}
 
 
-def _measure(name: str, length: int, mode: str, repeats: int) -> dict:
-    step = _steps([name], length, mode)[name]
+def _measure(name: str, length: int, mode: str, repeats: int, dtype: str = "float32", batch: int = 1) -> dict:
+    step = _steps([name], length, mode, dtype, batch)[name]
     baseline = _rss_peak_mb()
     step()
     extra = _rss_peak_mb() - baseline
     return {"ms": 1000 * min(_seconds(step) for _ in range(repeats)), "extra_mb": max(extra, 0.0)}
 
 
-def _measure_in_turns(names: list[str], length: int, mode: str, repeats: int) -> dict:
+def _measure_in_turns(
+    names: list[str], length: int, mode: str, repeats: int, dtype: str = "float32", batch: int = 1
+) -> dict:
     """Every implementation over the same inputs, one call each per round after a warm-up round; best of ``repeats``."""
-    steps = _steps(names, length, mode)
+    steps = _steps(names, length, mode, dtype, batch)
     for step in steps.values():
         step()
     times: dict[str, list[float]] = {name: [] for name in steps}
@@ -127,27 +137,31 @@ def _measure_in_turns(names: list[str], length: int, mode: str, repeats: int) ->
     return {name: {"ms": 1000 * min(seconds), "extra_mb": None} for name, seconds in times.items()}
 
 
-def _steps(names: list[str], length: int, mode: str) -> dict:
+def _steps(names: list[str], length: int, mode: str, dtype: str = "float32", batch: int = 1) -> dict:
     """A zero-argument step per implementation (forward, and backward when training) over shared inputs."""
     import torch
+
+    half = dtype != "float32"
+    dtype = getattr(torch, dtype)
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
     heads, head_dim = 8, 32  # dim 256
     grad = mode == "train"
     q_len = 1 if mode == "decode" else length
-    q = torch.randn(1, heads, q_len, head_dim, requires_grad=grad)
-    k, v = (torch.randn(1, heads, length, head_dim, requires_grad=grad) for _ in range(2))
+    q = torch.randn(batch, heads, q_len, head_dim, dtype=dtype, requires_grad=grad)
+    k, v = (torch.randn(batch, heads, length, head_dim, dtype=dtype, requires_grad=grad) for _ in range(2))
     table = _table(heads, head_dim, length)
     table.weight.requires_grad_(grad)
 
     def step_of(run):
         def step():
-            if grad:
-                run(q, k, v).sum().backward()
-            else:
-                with torch.no_grad():
-                    run(q, k, v)
+            with torch.autocast("cpu", dtype, enabled=half):
+                if grad:
+                    run(q, k, v).float().sum().backward()
+                else:
+                    with torch.no_grad():
+                        run(q, k, v)
 
         return step
 
@@ -222,8 +236,8 @@ def _rss_peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _print_table(mode: str, lengths, names, rows) -> None:
-    print(f"\n### mode: {mode} (causal, dim 256, 8 heads, head_dim 32, batch 1, float32, 2 threads)\n")
+def _print_table(mode: str, lengths, names, rows, dtype: str, batch: int) -> None:
+    print(f"\n### mode: {mode} (causal, dim 256, 8 heads, head_dim 32, batch {batch}, {dtype}, 2 threads)\n")
     header = "| seq_len | " + " | ".join(f"{n} ms (×sdpa) | {n} extra MB (×sdpa)" for n in names) + " |"
     print(header)
     print("|" + "---|" * (1 + 2 * len(names)))

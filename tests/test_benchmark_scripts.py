@@ -231,6 +231,8 @@ SPEED_SCRIPTS = {  # script: (tiny arguments, rows its table must hold) -- the s
                            ["| ours |", "| hf_gpt2 |", "| x_transformers |", "| minimal_sdpa |"]),
     "text_generation.py": (["--prompt-len", "4", "--new-tokens", "4", "--rounds", "1", "--contexts", "8", "16",
                             "--threads", "1"], ["| hf_gpt2 |", "| 16 |"]),
+    "vit_step.py": (["--steps", "1", "--warmup", "1", "--rounds", "1", "--model", "30-minute", "--contenders",
+                     "two processes", "two processes, bf16"], ["| two processes | ", "| two processes, bf16 | "]),
 }  # fmt: skip
 
 
@@ -239,6 +241,12 @@ def test_speed_benchmark_runs_at_a_tiny_size_and_prints_every_contender(script):
     args, rows = SPEED_SCRIPTS[script]
     printed = _run(script, *args)
     assert all(row in printed for row in rows), printed[-2000:]
+
+
+def test_attention_benchmark_in_bf16_trains_both_kernels_at_the_asked_batch():
+    printed = _run("attention.py", "--lengths", "17", "--implementations", "sdpa", "ours", "--modes", "train",
+                   "--repeats", "1", "--taking-turns", "--batch", "2", "--dtype", "bfloat16")  # fmt: skip
+    assert "batch 2, bfloat16" in printed and "| 17 | " in printed and "failed" not in printed, printed[-2000:]
 
 
 def test_length_extrapolation_scores_every_scheme_at_every_length(tmp_path):

@@ -188,3 +188,33 @@ def test_bf16_training_attention_on_cpu_matches_naive_attention(padded):
     for got, want in zip((q, k, v), leaves, strict=True):
         assert got.grad.dtype == torch.bfloat16
         torch.testing.assert_close(got.grad.double(), want.grad, atol=3e-2, rtol=2e-2)
+
+
+def test_bf16_cpu_attention_runs_in_float32_only_for_short_trained_sequences(monkeypatch):
+    # PyTorch's 16-bit CPU attention trains slower than float32 up to 512 keys and faster beyond
+    # (docs/benchmarks.md): only short sequences whose backward will run are handed over in float32.
+    import torch.nn.functional as F
+
+    from multimodal.layers.sdpa import FLOAT32_TRAINING_MAX_KEYS
+
+    seen = []
+    original = F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kwargs):
+        seen.append(q.dtype)
+        return original(q, k, v, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+
+    def run(length, grad):
+        q, k, v = (torch.randn(1, 2, length, 8).bfloat16().requires_grad_(grad) for _ in range(3))
+        with torch.autocast("cpu", torch.bfloat16):
+            out = attend(q, k, v, causal=True)
+        assert out.dtype == torch.bfloat16
+        return seen.pop()
+
+    assert run(FLOAT32_TRAINING_MAX_KEYS, grad=True) == torch.float32
+    assert run(FLOAT32_TRAINING_MAX_KEYS + 1, grad=True) == torch.bfloat16
+    assert run(17, grad=False) == torch.bfloat16
+    with torch.no_grad():
+        assert run(17, grad=True) == torch.bfloat16
