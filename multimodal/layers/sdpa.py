@@ -7,12 +7,12 @@ float32 bias beside bf16/fp16 queries as if it were in the queries' dtype (pytor
 :func:`sdpa_with_bias` hands the bias over in the queries' dtype and lets only the
 memory-efficient and math backends run (PyTorch pads the bias to their alignment itself).
 
-On the CPU it is plain ``scaled_dot_product_attention``, except in training under bf16/fp16
+On the CPU it is plain ``scaled_dot_product_attention``, except in training under bf16
 autocast over short sequences: PyTorch 2.11's fused CPU kernel runs forward + backward in bf16
 slower than in float32 up to 512 keys even on a CPU with AMX (11x at 17 keys, 1.4x at 256, 1.2x at
 512; 0.94x at 1,024 and 0.89x at 2,048, where bf16 wins; docs/benchmarks.md), so there attention
 whose backward will run is computed in float32 and its output handed back in the queries' dtype.
-Inference keeps 16 bits (its forward is faster).
+Inference keeps bf16 (its forward is faster).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 _BIAS_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 FLOAT32_TRAINING_MAX_KEYS = 512
-"""Up to this many keys, 16-bit CPU attention that will be trained runs in float32 (measured crossover)."""
+"""Up to this many keys, bf16 CPU attention that will be trained runs in float32 (measured crossover)."""
 
 
 def sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, **kwargs) -> Tensor:
@@ -50,10 +50,10 @@ def sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, **
 
 
 def _backward_in_float32(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """True for 16-bit CPU attention over at most 512 keys whose backward will run (the module's docstring)."""
+    """True for bf16 CPU attention over at most 512 keys whose backward will run (the module's docstring)."""
     return (
         q.device.type == "cpu"
-        and q.dtype in (torch.bfloat16, torch.float16)
+        and q.dtype == torch.bfloat16
         and k.shape[-2] <= FLOAT32_TRAINING_MAX_KEYS
         and torch.is_grad_enabled()
         and (q.requires_grad or k.requires_grad or v.requires_grad)
