@@ -142,21 +142,21 @@ def _steps(names: list[str], length: int, mode: str, dtype: str = "float32", bat
     import torch
 
     half = dtype != "float32"
-    dtype = getattr(torch, dtype)
+    torch_dtype = getattr(torch, dtype)
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
     heads, head_dim = 8, 32  # dim 256
     grad = mode == "train"
     q_len = 1 if mode == "decode" else length
-    q = torch.randn(batch, heads, q_len, head_dim, dtype=dtype, requires_grad=grad)
-    k, v = (torch.randn(batch, heads, length, head_dim, dtype=dtype, requires_grad=grad) for _ in range(2))
+    q = torch.randn(batch, heads, q_len, head_dim, dtype=torch_dtype, requires_grad=grad)
+    k, v = (torch.randn(batch, heads, length, head_dim, dtype=torch_dtype, requires_grad=grad) for _ in range(2))
     table = _table(heads, head_dim, length)
     table.weight.requires_grad_(grad)
 
     def step_of(run):
         def step():
-            with torch.autocast("cpu", dtype, enabled=half):
+            with torch.autocast("cpu", torch_dtype, enabled=half):
                 if grad:
                     run(q, k, v).float().sum().backward()
                 else:

@@ -36,7 +36,7 @@ def sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, **
             ``(batch, heads, q_len, k_len)``; any strides.
         kwargs: ``dropout_p``, ``scale``, ``is_causal``, ``enable_gqa`` as SDPA takes them.
     """
-    if _backward_in_float32(q, k, v):
+    if _trains_in_float32(q, k, v):
         if attn_mask is not None and attn_mask.is_floating_point():
             attn_mask = attn_mask.float()
         with torch.autocast("cpu", enabled=False):
@@ -49,8 +49,8 @@ def sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, **
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype), **kwargs)
 
 
-def _backward_in_float32(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """True for bf16 CPU attention over at most 512 keys whose backward will run (the module's docstring)."""
+def _trains_in_float32(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """True for bf16 CPU attention over at most ``FLOAT32_TRAINING_MAX_KEYS`` keys whose backward will run."""
     return (
         q.device.type == "cpu"
         and q.dtype == torch.bfloat16
