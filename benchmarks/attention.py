@@ -14,10 +14,12 @@ call of each per round, best of ``--repeats`` rounds — the ratios then come fr
 apart, so a machine whose speed drifts between processes (this VM's moves by tens of percent
 within minutes) moves peer and contender together; no memory column then.
 
-Implementations: ``sdpa`` (causal SDPA, no positions: the peer), ``ours`` (relative, the skewed
-kernel), ``naive_shaw`` and ``plain_skew`` (the two classic ways of computing it), ``rotary``
-(q and k turned, then causal SDPA), ``alibi`` (query-blocked SDPA with the distance bias), and
-``ours_b{N}`` (the relative kernel with query blocks of N: the block-size sweep).
+Implementations: ``sdpa`` (causal SDPA, no positions: the peer), ``ours`` (relative, as a model
+runs it: the fused C++ kernel for float32 on the CPU, the skewed kernel otherwise), ``skew`` (the
+skewed kernel of PyTorch calls, always), ``naive_shaw`` and ``plain_skew`` (the two classic ways of
+computing it), ``rotary`` (q and k turned, then causal SDPA), ``alibi`` (query-blocked SDPA with the
+distance bias), ``ours_b{N}`` (the skewed kernel with query blocks of N: the block-size sweep) and
+``fused_b{N}`` (the fused kernel with query tiles of N).
 
 ``--dtype bfloat16``: q, k and v in bf16, every call under bf16 autocast (the relative table stays
 float32, as in a model). ``sdpa`` is then PyTorch's own bf16 kernel, forward and backward; compare
@@ -188,10 +190,11 @@ def _implementation(name: str, table, query_offset: int):
     from multimodal.layers.positions import ALiBiPositions, RotaryPositions
     from multimodal.layers.positions.relative import relative_attention
 
-    if name.startswith("ours_b"):
-        block_size = int(name.removeprefix("ours_b"))
+    if name == "skew" or name.startswith(("ours_b", "fused_b")):
+        backend = "fused" if name.startswith("fused_b") else "skew"
+        block_size = int(name.split("_b")[1]) if "_b" in name else 64
         return lambda q, k, v: relative_attention(q, k, v, table, causal=True, query_offset=query_offset,
-                                                  block_size=block_size, backend="skew")  # fmt: skip
+                                                  block_size=block_size, backend=backend)  # fmt: skip
     rotary, alibi = RotaryPositions(table.weight.shape[-1]), ALiBiPositions(table.weight.shape[0])
 
     def rotary_sdpa(q, k, v):

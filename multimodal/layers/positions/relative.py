@@ -38,11 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from multimodal.layers.positions import relative_cpu
 from multimodal.layers.positions.base import AttentionPosition, repeat_kv_heads
 from multimodal.layers.positions.relative_flex import FLEX_BAND_MAX_BYTES, band_bytes, flex_relative_attention
 from multimodal.layers.sdpa import sdpa_with_bias
 
-Backend = Literal["auto", "skew", "flex"]
+Backend = Literal["auto", "skew", "fused", "flex"]
 
 # SDPA's fused CPU kernel, called directly because it also returns the rows' log-sum-exps.
 _cpu_flash_attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -130,9 +131,12 @@ def relative_attention(
             transient memory ``batch * heads * block_size * k_len``. 64: at 2048 tokens it trains
             as fast as 128 and holds 3.2x SDPA's extra memory instead of 4.7x (docs/benchmarks.md).
         backend: ``"skew"``: this module's query-blocked kernel (any device, O(L·d) memory).
+            ``"fused"``: the same algorithm as one C++ kernel per query tile
+            (:mod:`multimodal.layers.positions.relative_cpu`; float32 on the CPU, no dropout).
             ``"flex"``: one fused FlexAttention kernel (:mod:`multimodal.layers.positions.relative_flex`;
             backward on CUDA only; no dropout). ``"auto"``: flex for CUDA tensors without dropout
-            whose band fits :data:`~multimodal.layers.positions.relative_flex.FLEX_BAND_MAX_BYTES`, skew otherwise.
+            whose band fits :data:`~multimodal.layers.positions.relative_flex.FLEX_BAND_MAX_BYTES`; fused for
+            float32 CPU tensors without dropout where the kernel builds; skew otherwise.
 
     Returns:
         ``(batch, heads, q_len, head_dim)``.
@@ -140,8 +144,8 @@ def relative_attention(
     _check_shapes(q, k, v, causal, query_offset, key_padding_mask)
     if causal and q.shape[-2] == 1 and dropout_p == 0:  # a cached decoding step
         return _newest_query_attention(q, k, v, embedding, key_padding_mask)
-    if backend not in ("auto", "skew", "flex"):
-        raise ValueError(f"backend must be 'auto', 'skew' or 'flex', got {backend!r}")
+    if backend not in ("auto", "skew", "fused", "flex"):
+        raise ValueError(f"backend must be 'auto', 'skew', 'fused' or 'flex', got {backend!r}")
     if backend == "flex" and dropout_p > 0:
         raise ValueError("FlexAttention has no attention dropout: use backend='skew' or attention_dropout=0")
     fits = band_bytes(q, embedding.weight.shape[1]) <= FLEX_BAND_MAX_BYTES
@@ -152,6 +156,14 @@ def relative_attention(
         )  # fmt: skip
     seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
     settings = _Settings(causal, query_offset, dropout_p, seed, block_size, embedding.max_distance)
+    fused = backend in ("auto", "fused") and relative_cpu.usable(q, k, v, embedding.weight, dropout_p)
+    if backend == "fused" and not fused:
+        raise ValueError("backend='fused' needs float32 CPU tensors, no attention dropout and a C++ compiler")
+    if fused:  # the causal table's zero rows make every unclipped band a slice of it, as below
+        return relative_cpu.FusedRelativeAttention.apply(
+            q, k, v, _with_future_rows(embedding.weight, settings), key_padding_mask, causal, query_offset,
+            embedding.max_distance, block_size,
+        )  # fmt: skip
     return _RelativeAttention.apply(q, k, v, embedding.weight, key_padding_mask, settings)
 
 

@@ -1,0 +1,107 @@
+"""The fused CPU kernel of relative attention (float32), built from ``relative_cpu.cpp`` on first use.
+
+:mod:`multimodal.layers.positions.relative`'s skewed kernel runs each query block as a dozen
+PyTorch calls over every head at once, so a block's logits go through memory between calls. The C++
+kernel runs the same algorithm one (batch item, head, query tile) at a time — band product, skew,
+masks, softmax, value product, and in the backward the seven products of the recomputing gradient
+— with the tile's logits in the core's cache and the products in the BLAS PyTorch links (sequential
+inside each tile; tiles in parallel over PyTorch's threads).
+
+It is compiled by :func:`torch.utils.cpp_extension.load` (a C++ compiler with OpenMP, and the
+``ninja`` dependency; about a minute, once: the build is cached under ``~/.cache/torch_extensions``). Where it cannot be
+built (no compiler, a BLAS without ``sgemm_``), :func:`kernel` warns once and returns None, and
+:func:`~multimodal.layers.positions.relative.relative_attention` keeps the skewed kernel.
+``MULTIMODAL_RELATIVE_KERNEL=skew`` turns it off without a build.
+
+Shapes: ``q`` ``(batch, heads, q_len, head_dim)``, ``k`` and ``v`` ``(batch, heads, k_len, head_dim)``,
+the table ``(heads, rows, head_dim)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_suffix(".cpp")
+"""The kernel's C++ source, shipped with the package."""
+
+ISA_FLAGS = {
+    "AVX2": ["-mavx2", "-mfma"],
+    "AVX512": ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"],
+}
+"""Compiler flags for the vector instruction set PyTorch found (``torch.backends.cpu.get_cpu_capability()``);
+other sets build for the compiler's default target."""
+
+
+@functools.cache
+def kernel():
+    """The compiled extension module (``forward``, ``backward``), or None where it cannot be built."""
+    if os.environ.get("MULTIMODAL_RELATIVE_KERNEL", "fused") == "skew":
+        return None
+    try:
+        load = _cpp_extension_load()
+        if shutil.which("ninja") is None:  # the pip package's binary, when its folder is not on PATH
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        # One build per vector instruction set, named after it: the cache lives in the home folder,
+        # which can move to another CPU (a VM on another host), and a build for the wrong one crashes.
+        isa = torch.backends.cpu.get_cpu_capability()
+        flags = ["-O3", "-ffast-math", "-fopenmp", *ISA_FLAGS.get(isa, [])]
+        name = f"multimodal_relative_cpu_{isa.lower()}"
+        return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+    except Exception as error:  # any build failure means: use the skewed kernel
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        warnings.warn(f"relative attention: the fused CPU kernel could not be built ({first_line}); "
+                      "using the skewed kernel", RuntimeWarning, stacklevel=2)  # fmt: skip
+        return None
+
+
+def _cpp_extension_load():
+    """``torch.utils.cpp_extension.load``, imported without its warning about ``CUDA_HOME`` on machines without CUDA."""
+    extension_logger = logging.getLogger("torch.utils.cpp_extension")
+    level = extension_logger.level
+    extension_logger.setLevel(logging.ERROR)
+    try:
+        from torch.utils.cpp_extension import load
+    finally:
+        extension_logger.setLevel(level)
+    return load
+
+
+def usable(q: Tensor, k: Tensor, v: Tensor, table: Tensor, dropout_p: float) -> bool:
+    """Whether the fused kernel takes this call: float32 CPU tensors, no attention dropout, and it builds."""
+    tensors = (q, k, v, table)
+    on_cpu = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+    return on_cpu and dropout_p == 0 and kernel() is not None
+
+
+class FusedRelativeAttention(torch.autograd.Function):
+    """Autograd wrapper of the C++ kernel; saves ``q, k, v, out``, the table and the rows' log-sum-exps.
+
+    ``table`` is the causal-extended table of :func:`~multimodal.layers.positions.relative._with_future_rows`;
+    its gradient is returned for the same rows.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, table, key_padding_mask, causal, query_offset, max_distance, block_size):  # type: ignore[override]
+        q, k, v, table = (t.contiguous() for t in (q, k, v, table))
+        padding = None if key_padding_mask is None else key_padding_mask.contiguous()
+        geometry = (causal, query_offset, max_distance, block_size)
+        out, lse = kernel().forward(q, k, v, table, padding, *geometry)
+        ctx.save_for_backward(q, k, v, table, out, lse, padding)
+        ctx.geometry = geometry
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        q, k, v, table, out, lse, padding = ctx.saved_tensors
+        grads = kernel().backward(grad_out.contiguous(), q, k, v, table, out, lse, padding, *ctx.geometry)
+        return (*grads, None, None, None, None, None)

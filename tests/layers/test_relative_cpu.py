@@ -1,0 +1,91 @@
+"""The fused C++ relative-attention kernel against naive Shaw attention computed in float64."""
+
+import warnings
+
+import pytest
+import torch
+from test_relative import naive_shaw_attention
+
+from multimodal.layers.positions import relative_cpu
+from multimodal.layers.positions.relative import RelativePositionEmbedding, relative_attention
+
+needs_kernel = pytest.mark.skipif(relative_cpu.kernel() is None, reason="the fused kernel did not build here")
+
+
+def _float32_inputs(batch, heads, q_len, k_len, head_dim, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, q_len, head_dim, generator=g)
+    k, v = (torch.randn(batch, heads, k_len, head_dim, generator=g) for _ in range(2))
+    return [x.requires_grad_() for x in (q, k, v)]
+
+
+# (q_len, k_len, query_offset, block_size), below and above the kernel's 512-key tiles; with an
+# offset the queries are the last ones of a causal sequence.
+SHAPES = [(70, 70, 0, 16), (37, 37, 0, 64), (600, 600, 0, 64)]
+OFFSET_SHAPES = [(21, 50, 29, 8), (45, 530, 485, 16)]
+
+
+@needs_kernel
+@pytest.mark.parametrize(("causal", "q_len", "k_len", "query_offset", "block_size"),
+                         [(c, *shape) for c in (True, False) for shape in SHAPES] + [(True, *s) for s in OFFSET_SHAPES])  # fmt: skip
+@pytest.mark.parametrize("max_distance", [5, 700])  # clipped, and longer than the sequence
+@pytest.mark.parametrize("padded", [False, True])
+def test_fused_matches_naive_float64_values_and_gradients(causal, max_distance, q_len, k_len, query_offset,
+                                                          block_size, padded):  # fmt: skip
+    table = RelativePositionEmbedding(3, 16, max_distance, causal)
+    q, k, v = _float32_inputs(2, 3, q_len, k_len, 16, seed=q_len + max_distance)
+    padding = torch.zeros(2, k_len, dtype=torch.bool)
+    if padded:
+        padding[1, -4:] = True
+    mask = padding if padded else None
+    ours = relative_attention(q, k, v, table, causal=causal, query_offset=query_offset, key_padding_mask=mask,
+                              block_size=block_size, backend="fused")  # fmt: skip
+    as64 = [x.detach().double().requires_grad_() for x in (q, k, v, table.weight)]
+    naive = naive_shaw_attention(*as64, causal=causal, max_distance=max_distance, query_offset=query_offset,
+                                 key_padding_mask=mask)  # fmt: skip
+    keep = ~padding[:, None, query_offset:, None]  # outputs at padded queries are don't-care
+    torch.testing.assert_close(ours * keep, (naive * keep).float(), atol=2e-5, rtol=0)
+    weights = torch.randn(ours.shape, generator=torch.Generator().manual_seed(1)) * keep
+    ours_grads = torch.autograd.grad((ours * weights).sum(), [q, k, v, table.weight])
+    naive_grads = torch.autograd.grad((naive * weights.double()).sum(), as64)
+    for got, expected in zip(ours_grads, naive_grads, strict=True):
+        torch.testing.assert_close(got, expected.float(), atol=5e-5, rtol=1e-4)
+
+
+@needs_kernel
+def test_auto_takes_the_fused_kernel_for_float32_on_the_cpu_and_the_skew_kernel_otherwise(monkeypatch):
+    calls = []
+    original = relative_cpu.FusedRelativeAttention.apply
+    monkeypatch.setattr(relative_cpu.FusedRelativeAttention, "apply", lambda *a: calls.append(1) or original(*a))
+    table = RelativePositionEmbedding(2, 8, 16, causal=True)
+    q, k, v = _float32_inputs(1, 2, 12, 12, 8, seed=0)
+    relative_attention(q, k, v, table, causal=True)
+    assert calls == [1]
+    relative_attention(q.double(), k.double(), v.double(), table.double(), causal=True)  # float64: skew
+    relative_attention(q, k, v, table.float(), causal=True, dropout_p=0.1)  # dropout: skew
+    relative_attention(q, k, v, table, causal=True, backend="skew")
+    assert calls == [1]
+    with pytest.raises(ValueError, match="backend='fused' needs float32"):
+        relative_attention(q, k, v, table, causal=True, dropout_p=0.1, backend="fused")
+
+
+def test_a_kernel_that_cannot_be_built_warns_once_and_leaves_the_skew_kernel(monkeypatch):
+    import torch.utils.cpp_extension
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("error: no C++ compiler here\nmore lines")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
+    relative_cpu.kernel.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be built \\(error: no C\\+\\+ compiler here\\)"):
+            assert relative_cpu.kernel() is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the second call neither builds nor warns again
+            table = RelativePositionEmbedding(2, 8, 16, causal=True)
+            q, k, v = (x.detach() for x in _float32_inputs(1, 2, 12, 12, 8, seed=0))
+            out = relative_attention(q, k, v, table, causal=True)
+        naive = naive_shaw_attention(q, k, v, table.weight, causal=True, max_distance=16)
+        torch.testing.assert_close(out, naive, atol=1e-5, rtol=0)
+    finally:
+        relative_cpu.kernel.cache_clear()
