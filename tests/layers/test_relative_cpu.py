@@ -53,19 +53,40 @@ def test_fused_matches_naive_float64_values_and_gradients(causal, max_distance, 
 
 
 @needs_kernel
-def test_auto_takes_the_fused_kernel_for_float32_on_the_cpu_and_the_skew_kernel_otherwise(monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_inputs_are_computed_in_float32_and_handed_back_in_their_dtype(dtype):
+    table = RelativePositionEmbedding(2, 16, 700, causal=True)
+    q, k, v = (x.detach().to(dtype).requires_grad_() for x in _float32_inputs(2, 2, 600, 600, 16, seed=3))
+    ours = relative_attention(q, k, v, table, causal=True, backend="fused")
+    assert ours.dtype == dtype
+    as64 = [x.detach().double().requires_grad_() for x in (q, k, v, table.weight)]
+    naive = naive_shaw_attention(*as64, causal=True, max_distance=700)
+    # the only 16-bit roundings are the output's and the gradients' own (one ulp: 2^-8 relative in bf16)
+    ulp = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    torch.testing.assert_close(ours.double(), naive, atol=ulp, rtol=ulp)
+    weights = torch.randn(ours.shape, generator=torch.Generator().manual_seed(1))
+    ours_grads = torch.autograd.grad((ours.float() * weights).sum(), [q, k, v, table.weight])
+    naive_grads = torch.autograd.grad((naive * weights.double()).sum(), as64)
+    for got, expected, tensor in zip(ours_grads, naive_grads, [q, k, v, table.weight], strict=True):
+        assert got.dtype == tensor.dtype
+        torch.testing.assert_close(got.double(), expected, atol=4 * ulp, rtol=ulp)
+
+
+@needs_kernel
+def test_auto_takes_the_fused_kernel_on_the_cpu_and_the_skew_kernel_for_float64_and_dropout(monkeypatch):
     calls = []
     original = relative_cpu.FusedRelativeAttention.apply
     monkeypatch.setattr(relative_cpu.FusedRelativeAttention, "apply", lambda *a: calls.append(1) or original(*a))
     table = RelativePositionEmbedding(2, 8, 16, causal=True)
     q, k, v = _float32_inputs(1, 2, 12, 12, 8, seed=0)
     relative_attention(q, k, v, table, causal=True)
-    assert calls == [1]
+    relative_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), table, causal=True)
+    assert calls == [1, 1]
     relative_attention(q.double(), k.double(), v.double(), table.double(), causal=True)  # float64: skew
     relative_attention(q, k, v, table.float(), causal=True, dropout_p=0.1)  # dropout: skew
     relative_attention(q, k, v, table, causal=True, backend="skew")
-    assert calls == [1]
-    with pytest.raises(ValueError, match="backend='fused' needs float32"):
+    assert calls == [1, 1]
+    with pytest.raises(ValueError, match="backend='fused' needs CPU tensors"):
         relative_attention(q, k, v, table, causal=True, dropout_p=0.1, backend="fused")
 
 

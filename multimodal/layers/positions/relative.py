@@ -132,11 +132,11 @@ def relative_attention(
             as fast as 128 and holds 3.2x SDPA's extra memory instead of 4.7x (docs/benchmarks.md).
         backend: ``"skew"``: this module's query-blocked kernel (any device, O(L·d) memory).
             ``"fused"``: the same algorithm as one C++ kernel per query tile
-            (:mod:`multimodal.layers.positions.relative_cpu`; float32 on the CPU, no dropout).
+            (:mod:`multimodal.layers.positions.relative_cpu`; on the CPU, computed in float32, no dropout).
             ``"flex"``: one fused FlexAttention kernel (:mod:`multimodal.layers.positions.relative_flex`;
             backward on CUDA only; no dropout). ``"auto"``: flex for CUDA tensors without dropout
             whose band fits :data:`~multimodal.layers.positions.relative_flex.FLEX_BAND_MAX_BYTES`; fused for
-            float32 CPU tensors without dropout where the kernel builds; skew otherwise.
+            CPU tensors without dropout where the kernel builds; skew otherwise.
 
     Returns:
         ``(batch, heads, q_len, head_dim)``.
@@ -158,7 +158,7 @@ def relative_attention(
     settings = _Settings(causal, query_offset, dropout_p, seed, block_size, embedding.max_distance)
     fused = backend in ("auto", "fused") and relative_cpu.usable(q, k, v, embedding.weight, dropout_p)
     if backend == "fused" and not fused:
-        raise ValueError("backend='fused' needs float32 CPU tensors, no attention dropout and a C++ compiler")
+        raise ValueError("backend='fused' needs CPU tensors, no attention dropout and a C++ compiler")
     if fused:  # the causal table's zero rows make every unclipped band a slice of it, as below
         return relative_cpu.FusedRelativeAttention.apply(
             q, k, v, _with_future_rows(embedding.weight, settings), key_padding_mask, causal, query_offset,

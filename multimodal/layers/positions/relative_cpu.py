@@ -1,4 +1,4 @@
-"""The fused CPU kernel of relative attention (float32), built from ``relative_cpu.cpp`` on first use.
+"""The fused CPU kernel of relative attention (computed in float32), built from ``relative_cpu.cpp`` on first use.
 
 :mod:`multimodal.layers.positions.relative`'s skewed kernel runs each query block as a dozen
 PyTorch calls over every head at once, so a block's logits go through memory between calls. The C++
@@ -76,10 +76,13 @@ def _cpp_extension_load():
     return load
 
 
+FLOAT_TYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""Input dtypes the kernel takes; it computes in float32 (16-bit inputs are widened on the way in)."""
+
+
 def usable(q: Tensor, k: Tensor, v: Tensor, table: Tensor, dropout_p: float) -> bool:
-    """Whether the fused kernel takes this call: float32 CPU tensors, no attention dropout, and it builds."""
-    tensors = (q, k, v, table)
-    on_cpu = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+    """Whether the fused kernel takes this call: CPU tensors of :data:`FLOAT_TYPES`, no attention dropout, and it builds."""
+    on_cpu = all(t.device.type == "cpu" and t.dtype in FLOAT_TYPES for t in (q, k, v, table))
     return on_cpu and dropout_p == 0 and kernel() is not None
 
 
@@ -87,21 +90,25 @@ class FusedRelativeAttention(torch.autograd.Function):
     """Autograd wrapper of the C++ kernel; saves ``q, k, v, out``, the table and the rows' log-sum-exps.
 
     ``table`` is the causal-extended table of :func:`~multimodal.layers.positions.relative._with_future_rows`;
-    its gradient is returned for the same rows.
+    its gradient is returned for the same rows. bf16 / fp16 inputs (autocast) are computed in float32:
+    the output comes back in q's dtype and each gradient in its input's dtype, as the float32 attention
+    of :mod:`multimodal.layers.sdpa` does for short sequences.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, table, key_padding_mask, causal, query_offset, max_distance, block_size):  # type: ignore[override]
-        q, k, v, table = (t.contiguous() for t in (q, k, v, table))
+        ctx.dtypes = [t.dtype for t in (q, k, v, table)]
+        q, k, v, table = (t.float().contiguous() for t in (q, k, v, table))
         padding = None if key_padding_mask is None else key_padding_mask.contiguous()
         geometry = (causal, query_offset, max_distance, block_size)
         out, lse = kernel().forward(q, k, v, table, padding, *geometry)
         ctx.save_for_backward(q, k, v, table, out, lse, padding)
         ctx.geometry = geometry
-        return out
+        return out.to(ctx.dtypes[0])
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         q, k, v, table, out, lse, padding = ctx.saved_tensors
-        grads = kernel().backward(grad_out.contiguous(), q, k, v, table, out, lse, padding, *ctx.geometry)
+        grads = kernel().backward(grad_out.float().contiguous(), q, k, v, table, out, lse, padding, *ctx.geometry)
+        grads = [grad.to(dtype) for grad, dtype in zip(grads, ctx.dtypes, strict=True)]
         return (*grads, None, None, None, None, None)
