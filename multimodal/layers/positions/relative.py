@@ -21,9 +21,10 @@ goes one step further so that training memory grows linearly in ``seq_len``:
 * in causal attention a query block only ever touches the keys up to its last query, which halves
   the work.
 
-On a GPU, :func:`relative_attention` hands the same computation to one fused FlexAttention kernel
-instead (:mod:`multimodal.layers.positions.relative_flex`); this module's kernel is the CPU path and the one
-with attention dropout.
+On the CPU, :func:`relative_attention` hands the same algorithm to one fused C++ kernel
+(:mod:`multimodal.layers.positions.relative_cpu`), on a GPU to one FlexAttention kernel
+(:mod:`multimodal.layers.positions.relative_flex`); this module's kernel is the path with attention
+dropout, for float64, and wherever the C++ kernel cannot be built.
 
 Legend for shapes: ``b`` batch, ``h`` heads, ``q``/``k`` query/key positions, ``d`` head_dim,
 ``w`` band width (distinct distances one block needs), ``n`` number of distances in the table.
