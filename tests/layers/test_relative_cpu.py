@@ -110,3 +110,23 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_leaves_the_skew_kernel(mon
         torch.testing.assert_close(out, naive, atol=1e-5, rtol=0)
     finally:
         relative_cpu.kernel.cache_clear()
+
+
+@needs_kernel
+def test_a_first_build_in_an_empty_cache_says_so_once_and_gives_the_same_kernel(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    relative_cpu.kernel.cache_clear()
+    try:
+        built = relative_cpu.kernel()
+        assert "building the fused relative-attention kernel" in capsys.readouterr().err
+        assert list(tmp_path.glob("multimodal_relative_cpu_*/*.so"))
+        relative_cpu.kernel.cache_clear()
+        assert relative_cpu.kernel() is not None
+        assert "building" not in capsys.readouterr().err  # found in the cache: no notice
+        table = RelativePositionEmbedding(2, 8, 16, causal=True)
+        q, k, v = (x.detach() for x in _float32_inputs(1, 2, 12, 12, 8, seed=0))
+        out, _ = built.forward(q, k, v, table.weight.detach().contiguous(), None, True, 0, 16, 64)
+        naive = naive_shaw_attention(q, k, v, table.weight, causal=True, max_distance=16)
+        torch.testing.assert_close(out, naive, atol=1e-5, rtol=0)
+    finally:
+        relative_cpu.kernel.cache_clear()

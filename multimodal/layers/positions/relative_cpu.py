@@ -2,13 +2,15 @@
 
 :mod:`multimodal.layers.positions.relative`'s skewed kernel runs each query block as a dozen
 PyTorch calls over every head at once, so a block's logits go through memory between calls. The C++
-kernel runs the same algorithm one (batch item, head, query tile) at a time — band product, skew,
-masks, softmax, value product, and in the backward the seven products of the recomputing gradient
-— with the tile's logits in the core's cache and the products in the BLAS PyTorch links (sequential
-inside each tile; tiles in parallel over PyTorch's threads).
+kernel runs the same algorithm one (batch item, head, query tile) at a time, walking the keys in tiles
+of 512 with flash attention's online softmax — band product, skew, masks, softmax and value product,
+and in the backward the seven products of the recomputing gradient — so each tile's logits stay in
+the core's cache. Products go to the BLAS PyTorch links (sequential inside a tile; tiles run in
+parallel over PyTorch's threads). 16-bit inputs are computed in float32 (docs/attention.md).
 
 It is compiled by :func:`torch.utils.cpp_extension.load` (a C++ compiler with OpenMP, and the
-``ninja`` dependency; about a minute, once: the build is cached under ``~/.cache/torch_extensions``). Where it cannot be
+``ninja`` dependency): about 20 seconds, once, announced on stderr; the build is cached under
+``~/.cache/torch_extensions``, one per vector instruction set and torch version. Where it cannot be
 built (no compiler, a BLAS without ``sgemm_``), :func:`kernel` warns once and returns None, and
 :func:`~multimodal.layers.positions.relative.relative_attention` keeps the skewed kernel.
 ``MULTIMODAL_RELATIVE_KERNEL=skew`` turns it off without a build.
@@ -23,6 +25,7 @@ import functools
 import logging
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -56,12 +59,27 @@ def kernel():
         isa = torch.backends.cpu.get_cpu_capability()
         flags = ["-O3", "-ffast-math", "-fopenmp", *ISA_FLAGS.get(isa, [])]
         name = f"multimodal_relative_cpu_{isa.lower()}"
-        return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+        folder = _build_folder(name)
+        if not any(folder.glob(f"{name}*.so")):  # torch adds _v1, _v2 to a name rebuilt in one process
+            print(f"multimodal: building the fused relative-attention kernel for this CPU ({isa}; once, "
+                  f"about 20 seconds) in {folder}", file=sys.stderr)  # fmt: skip
+        return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"], build_directory=str(folder))
     except Exception as error:  # any build failure means: use the skewed kernel
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         warnings.warn(f"relative attention: the fused CPU kernel could not be built ({first_line}); "
                       "using the skewed kernel", RuntimeWarning, stacklevel=2)  # fmt: skip
         return None
+
+
+def _build_folder(name: str) -> Path:
+    """Where the kernel is built: one folder per name and torch version under torch's extension cache
+    (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); created if missing."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    folder = Path(root) / f"{name}-torch{torch.__version__}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _cpp_extension_load():
