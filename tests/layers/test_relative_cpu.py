@@ -86,7 +86,7 @@ def test_auto_takes_the_fused_kernel_on_the_cpu_and_the_skew_kernel_for_float64_
     relative_attention(q, k, v, table.float(), causal=True, dropout_p=0.1)  # dropout: skew
     relative_attention(q, k, v, table, causal=True, backend="skew")
     assert calls == [1, 1]
-    with pytest.raises(ValueError, match="backend='fused' needs CPU tensors"):
+    with pytest.raises(ValueError, match="backend='fused' needs float32/bf16/fp16 CPU tensors"):
         relative_attention(q, k, v, table, causal=True, dropout_p=0.1, backend="fused")
 
 

@@ -159,7 +159,7 @@ def relative_attention(
     settings = _Settings(causal, query_offset, dropout_p, seed, block_size, embedding.max_distance)
     fused = backend in ("auto", "fused") and relative_cpu.usable(q, k, v, embedding.weight, dropout_p)
     if backend == "fused" and not fused:
-        raise ValueError("backend='fused' needs CPU tensors, no attention dropout and a C++ compiler")
+        raise ValueError("backend='fused' needs float32/bf16/fp16 CPU tensors, no attention dropout and a C++ compiler")
     if fused:  # the causal table's zero rows make every unclipped band a slice of it, as below
         return relative_cpu.FusedRelativeAttention.apply(
             q, k, v, _with_future_rows(embedding.weight, settings), key_padding_mask, causal, query_offset,

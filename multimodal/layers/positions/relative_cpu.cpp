@@ -1,14 +1,15 @@
-// Fused CPU kernel of relative attention (float32): the band product, skew, masks, softmax and value
-// product of one query tile run back to back on one thread, so a tile's logits stay in the core's
-// cache instead of travelling through memory between a dozen separate PyTorch calls.
+// Fused CPU kernel of relative attention (float32): for one (batch item, head, query tile), the band
+// product, skew, masks, online softmax and value product of each key tile run back to back on one
+// thread, so the tile's logits stay in the core's cache instead of travelling through memory between
+// a dozen separate PyTorch calls (relative.py's skewed kernel).
 //
-// Built on first use by multimodal/layers/positions/relative_cpu.py (torch.utils.cpp_extension);
-// the algorithm, shapes and conventions are those of relative.py's skewed kernel:
+// Built on first use by multimodal/layers/positions/relative_cpu.py (torch.utils.cpp_extension).
+// Shapes and conventions are those of relative.py:
 //   q (b, h, q_len, d), k and v (b, h, k_len, d), table (h, rows, d) where row `max_distance + r`
-//   holds distance r = key - query (clipped to [-max_distance, upper]); a tile of `size` queries at
-//   absolute position p sees `keys` keys; its band holds distances from -(p + size - 1) (first key,
-//   last query) upward, `keys + size - 1` columns; row a of the tile reads its logits from band
-//   column j + size - 1 - a.
+//   holds distance r = key - query (clipped to [-max_distance, upper]). A query tile of `size`
+//   queries at absolute position p sees `keys` keys, walked in key tiles (KeyTile below); a key
+//   tile's band holds the distances its rows need, and row a reads key j from band column
+//   j - first + size - 1 - a: each row starts one column left of the row above (the skew).
 // Matrix products go to the BLAS that PyTorch links (sgemm_), one thread each: the tiles are the
 // parallel work (at::parallel_for), so BLAS inside them stays sequential.
 #include <torch/extension.h>
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -149,8 +151,8 @@ Geometry geometry(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ta
                   table.size(1) - 1 - max_distance, query_offset, block, causal};
 }
 
-void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table) {
-  for (const auto* t : {&q, &k, &v, &table}) {
+void check_inputs(std::initializer_list<const at::Tensor*> tensors) {
+  for (const auto* t : tensors) {
     TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
                 "relative_cpu: expected contiguous float32 CPU tensors");
   }
@@ -173,7 +175,7 @@ struct Scratch {
 std::vector<at::Tensor> relative_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                          const at::Tensor& table, const c10::optional<at::Tensor>& padding_mask,
                                          bool causal, int64_t query_offset, int64_t max_distance, int64_t block) {
-  check_inputs(q, k, v, table);
+  check_inputs({&q, &k, &v, &table});
   const Geometry g = geometry(q, k, table, causal, query_offset, max_distance, block);
   const int64_t batch = q.size(0), heads = q.size(1), tiles = (g.q_len + block - 1) / block;
   auto out = at::empty_like(q);
@@ -241,8 +243,7 @@ std::vector<at::Tensor> relative_backward(const at::Tensor& grad_out, const at::
                                           const at::Tensor& v, const at::Tensor& table, const at::Tensor& out,
                                           const at::Tensor& lse, const c10::optional<at::Tensor>& padding_mask,
                                           bool causal, int64_t query_offset, int64_t max_distance, int64_t block) {
-  check_inputs(q, k, v, table);
-  check_inputs(grad_out, out, out, out);
+  check_inputs({&grad_out, &q, &k, &v, &table, &out, &lse});
   const Geometry g = geometry(q, k, table, causal, query_offset, max_distance, block);
   const int64_t batch = q.size(0), heads = q.size(1);
   auto grad_q = at::empty_like(q), grad_k = at::zeros_like(k), grad_v = at::zeros_like(v);
