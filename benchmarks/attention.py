@@ -52,8 +52,9 @@ IMPLEMENTATIONS = [
     "sdpa",
     "naive_shaw",
     "plain_skew",
+    "skew",
     "ours",
-]  # the default table; also rotary, alibi, ours_b{N}
+]  # the default table; also rotary, alibi, ours_b{N}, fused_b{N}
 NAIVE_LIMIT_BYTES = 8 * 2**30  # naive Shaw materialises (heads, L, L, head_dim): skip when larger
 
 
