@@ -15,10 +15,9 @@ apart, so a machine whose speed drifts between processes (this VM's moves by ten
 within minutes) moves peer and contender together; no memory column then.
 
 Implementations: ``sdpa`` (causal SDPA, no positions: the peer), ``ours`` (relative, as a model
-runs it: the fused C++ kernel on the CPU), ``skew`` (the
-skewed kernel of PyTorch calls, always), ``naive_shaw`` and ``plain_skew`` (the two classic ways of
-computing it), ``rotary`` (q and k turned, then causal SDPA), ``alibi`` (query-blocked SDPA with the
-distance bias), ``ours_b{N}`` (the skewed kernel with query blocks of N: the block-size sweep) and
+runs it: the fused C++ kernel on the CPU), ``skew`` (the skewed kernel of PyTorch calls, always),
+``naive_shaw`` and ``plain_skew`` (the two classic ways of computing it), ``rotary`` (q and k
+turned, then causal SDPA), ``alibi`` (query-blocked SDPA with the distance bias), ``ours_b{N}`` (the skewed kernel with query blocks of N: the block-size sweep) and
 ``fused_b{N}`` (the fused kernel with query tiles of N).
 
 ``--dtype bfloat16``: q, k and v in bf16, every call under bf16 autocast (the relative table stays

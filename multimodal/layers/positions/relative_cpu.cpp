@@ -160,11 +160,11 @@ void check_inputs(std::initializer_list<const at::Tensor*> tensors) {
 
 // Per-thread scratch of one (query tile, key tile) pair.
 struct Scratch {
-  std::vector<float> band, logits, grad_logits, gathered, grad_embeddings, row_max, row_sum, row_dot;
+  std::vector<float> band, logits, grad_logits, gathered, grad_embeddings, row_max, running_max, row_sum, row_dot;
   Scratch(int64_t block, int64_t dim)
       : band(block * (kKeyTile + block - 1)), logits(block * kKeyTile), grad_logits(block * kKeyTile),
         gathered((kKeyTile + block - 1) * dim), grad_embeddings((kKeyTile + block - 1) * dim), row_max(block),
-        row_sum(block), row_dot(block) {}
+        running_max(block), row_sum(block), row_dot(block) {}
 };
 
 }  // namespace
@@ -189,6 +189,7 @@ std::vector<at::Tensor> relative_forward(const at::Tensor& q, const at::Tensor& 
   at::parallel_for(0, batch * heads * tiles, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch(block, g.dim);
     float *row_max = scratch.row_max.data(), *row_sum = scratch.row_sum.data(), *probs = scratch.logits.data();
+    float* running_max = scratch.running_max.data();
     for (int64_t unit = begin; unit < end; ++unit) {
       const int64_t bh = unit / tiles, b = bh / heads, h = bh % heads;
       const Tile t = make_tile(g, (unit % tiles) * block);
@@ -196,7 +197,7 @@ std::vector<at::Tensor> relative_forward(const at::Tensor& q, const at::Tensor& 
       const float *k_head = k_ptr + bh * g.k_len * g.dim, *v_head = v_ptr + bh * g.k_len * g.dim;
       const bool* pad = padding ? padding + b * g.k_len : nullptr;
       float* out_tile = out_ptr + (bh * g.q_len + t.start) * g.dim;
-      std::vector<float> running_max(t.size, kLowest);
+      std::fill(running_max, running_max + t.size, kLowest);
       std::fill(row_sum, row_sum + t.size, 0.0f);
       std::fill(out_tile, out_tile + t.size * g.dim, 0.0f);
       for (int64_t first = 0; first < t.keys; first += kKeyTile) {
