@@ -37,8 +37,7 @@ from typing import Any
 from torch import Tensor
 
 from multimodal.convert.blocks import export_blocks
-from multimodal.convert.hf_folder import read_json, read_weights
-from multimodal.convert.weight_shapes import check_config_fits
+from multimodal.convert.hf_folder import load_causal_lm
 from multimodal.models import CausalLM, CausalLMConfig
 from multimodal.tokenizers.text import TextTokenizer
 
@@ -108,23 +107,7 @@ def load_gpt2(hf_dir: str | os.PathLike[str], **config_overrides: Any) -> Causal
         hf_dir: Folder with ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``.
         config_overrides: Changes to the derived :class:`CausalLMConfig` (e.g. ``dropout=0.0``).
     """
-    folder = Path(hf_dir)
-    try:
-        config = gpt2_config(read_json(folder / "config.json"), **config_overrides)
-    except (TypeError, ValueError) as error:  # sizes that are not whole numbers >= 1, unsupported options
-        raise ValueError(f"{folder / 'config.json'}: {' '.join(str(error).split())}") from error
-    state = convert_gpt2_state_dict(read_weights(folder), config)
-    # The sizes of config.json are checked against the weights before the model is allocated.
-    shapes = {name: tuple(tensor.shape) for name, tensor in state.items()}
-    check_config_fits(CausalLM, config, shapes, str(folder / "config.json"))
-    model = CausalLM(config)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [name for name in missing if not (config.tie_embeddings and name == "head.weight")]
-    if missing or unexpected:
-        raise ValueError(
-            f"{folder}: GPT-2 weights do not fit the config: missing {missing}, unexpected {unexpected}"
-        )
-    return model.eval()
+    return load_causal_lm(hf_dir, "GPT-2", gpt2_config, convert_gpt2_state_dict, **config_overrides)
 
 
 def convert_gpt2_state_dict(state: dict[str, Tensor], config: CausalLMConfig) -> dict[str, Tensor]:

@@ -54,8 +54,9 @@ class RelativePositionEmbedding(AttentionPosition):
     """Learned embeddings for clipped relative distances, one table per head (the ``"relative"`` position).
 
     As an :class:`~multimodal.layers.positions.base.AttentionPosition` it adds ``q_i · E[clip(j - i)]
-    / sqrt(head_dim)`` to each logit: whole sequences through :func:`relative_attention` (the
-    skewed kernel, or FlexAttention on a GPU), other sets of pairs (local blocks) by a gather.
+    / sqrt(head_dim)`` to each logit: whole sequences through :func:`relative_attention` (the fused
+    C++ kernel on the CPU, FlexAttention on a GPU, else the skewed kernel), other sets of pairs (local
+    blocks) by a gather.
 
     Args:
         num_heads: Attention heads; each has its own table.
@@ -116,7 +117,7 @@ def relative_attention(
     block_size: int = 64,
     backend: Backend = "auto",
 ) -> Tensor:
-    """Memory-efficient relative attention: the skewed kernel, or FlexAttention on a GPU.
+    """Relative attention in O(L·d) memory: fused C++ on the CPU, FlexAttention on a GPU, else skewed.
 
     Args:
         q: Queries ``(batch, heads, q_len, head_dim)``.
