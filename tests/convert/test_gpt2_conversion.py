@@ -86,3 +86,14 @@ def test_unsupported_gpt2_options_are_named():
         gpt2_config({**base, "scale_attn_by_inverse_layer_idx": True})
     with pytest.raises(ValueError, match="activation"):
         gpt2_config({**base, "activation_function": "swish"})
+
+
+def test_a_folder_missing_a_weight_is_one_error_naming_it(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    tiny_gpt2(tmp_path, weights="safetensors")
+    state = load_file(str(tmp_path / "model.safetensors"))
+    dropped = next(name for name in state if name.endswith("ln_f.weight"))
+    save_file({name: tensor for name, tensor in state.items() if name != dropped}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"config\.json: the weights do not fit the config: missing \['decoder\.norm\.weight'\]"):
+        load_gpt2(tmp_path)
