@@ -20,6 +20,8 @@ checkpoint on the **validation** pieces is the one shipped). This script then
                last report in ``--out`` (scored on the same test Bach pieces; the row says so);
 ``--select RUN ...`` scores candidate models (runs or folders) on the **validation** split, per collection,
                and the peer runs on the same validation Bach pieces: how a closing stage was chosen;
+               ``--select-windows N`` scores them in windows of N ids as well (a model trained on longer
+               windows, read as the peers are: what its context buys);
 ``--table``    prints the report.
 
 Each run appends one JSON line to ``--out``. Run it alone on the machine::
@@ -70,6 +72,9 @@ def main() -> None:
                              "(the same recipe scored on the same test Bach pieces)")  # fmt: skip
     parser.add_argument("--select", type=Path, nargs="+", default=[], metavar="RUN",
                         help="score these runs or folders on the validation split (choosing a stage)")
+    parser.add_argument("--select-windows", type=int, default=None, metavar="IDS",
+                        help="with --select, also score each candidate in windows of this many ids (the peers' 256): "
+                             "what its longer context buys")  # fmt: skip
     parser.add_argument("--table", action="store_true", help="print the report of --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="peer runs")
     parser.add_argument("--new-tokens", type=int, default=384)
@@ -84,7 +89,7 @@ def main() -> None:
         for seed in args.seeds:
             train_peer(seed)
     for candidate in args.select:
-        result = select(candidate)
+        result = select(candidate, args.select_windows)
         record(args.out, result, stage="select")
         print(json.dumps(result))
     if args.report:
@@ -239,8 +244,9 @@ def part_nats(model: torch.nn.Module, tokenizer, notes, seq_len: int) -> tuple[f
     return total, count
 
 
-def select(candidate: Path) -> dict:
-    """A candidate's validation numbers per collection and the peers' on the same validation Bach pieces."""
+def select(candidate: Path, windows: int | None = None) -> dict:
+    """A candidate's validation numbers per collection and the peers' on the same validation Bach pieces;
+    with ``windows``, also its numbers scored in windows of that many ids instead of its own length."""
     from multimodal.convert.folder import is_model_folder
     from tasks.checkpoint import load_task
     from tasks.runs import resolve_checkpoint
@@ -250,6 +256,8 @@ def select(candidate: Path) -> dict:
     task, tokenizer, data = load_task(checkpoint)
     peers = peer_scores(data, "val")
     result = {"candidate": str(candidate), "checkpoint": str(checkpoint), "per_collection": numbers, "peers": peers}
+    if windows:
+        result[f"per_collection_in_{windows}"] = per_collection(checkpoint, split="val", seq_len=windows)
     # what the Bach nats spend on naming the voices, which the peers' merged notes do not say
     bach = bach_pieces(data, "val", data["num_parts"])
     spent = [part_nats(task.model, tokenizer, notes, data.get("seq_len", 256)) for notes in bach.notes]
@@ -272,8 +280,9 @@ def recorded_peers(rows: list[dict], num_pieces: int, source: str) -> tuple[list
     return earlier[-1]["peers"], f"the report of the {earlier[-1]['steps']}-step model in {source}"
 
 
-def per_collection(path: Path, split: str = "test") -> dict:
-    """Nats per note and per second of music of the model at ``path`` on each collection's pieces of ``split``."""
+def per_collection(path: Path, split: str = "test", seq_len: int | None = None) -> dict:
+    """Nats per note and per second of music of the model at ``path`` on each collection's pieces of ``split``,
+    read in windows of ``seq_len`` ids (default: the length it was trained on)."""
     from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.music import score_music
     from tasks.checkpoint import load_task
@@ -283,7 +292,7 @@ def per_collection(path: Path, split: str = "test") -> dict:
     pieces = corpus.split(split, data.get("validation_percent", 10), data.get("test_percent", 10))
     groups: dict[str, list] = {}
     for name, notes in zip(pieces.names, pieces.notes, strict=True):
-        groups.setdefault(name.split("/")[0], []).append(score_music(task.model, tokenizer, notes, data.get("seq_len", 256)))
+        groups.setdefault(name.split("/")[0], []).append(score_music(task.model, tokenizer, notes, seq_len or data.get("seq_len", 256)))
     totals = {collection: sum(scores[1:], scores[0]) for collection, scores in groups.items()}
     return {collection: {"pieces": len(groups[collection]), "nats_per_note": total.per_note,
                          "nats_per_second": total.per_second, "seconds": total.seconds}
