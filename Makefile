@@ -49,14 +49,13 @@ demo: install
 	$(BIN)/multimodal sample-stats --checkpoint outputs/demo --compare music --split held-out --num-primers 8 --max-new-tokens 512 --top-p 0.95
 
 # Retrains the music model that ships in multimodal/pretrained/music (docs/pretrained.md), alone on the
-# machine: converts the music21 collections once (~25 min), trains for about 70 minutes on 2 cores, trains
+# machine: converts the music21 collections once (~25 min), trains for about 80 minutes on 2 cores, trains
 # the demo's recipe on the same split as its peer (3 x 7 min), measures both on the test split and
 # writes the float16 folder, its model card and SHA256SUMS into the package.
 pretrained-music: install
 	$(BIN)/multimodal data music21
-	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/pretrained/music.yaml
 	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/pretrained/music.yaml \
-		--config configs/pretrained/music_stage2.yaml
+		--config configs/pretrained/music_context.yaml
 	$(BIN)/python benchmarks/pretrained_music.py --peer --report --export
 
 # On a machine with a GPU, first thing: every task in bf16 (eager and compiled), the LM against its

@@ -52,7 +52,7 @@ from multimodal.pretrained import weights_id
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-SHIPPED_RUN = ROOT / "outputs" / "pretrained_music_stage2"  # the second stage's run (configs/pretrained/music_stage2.yaml)
+SHIPPED_RUN = ROOT / "outputs" / "pretrained_music_context"  # its run (configs/pretrained/music_context.yaml)
 PEER_ROOT = ROOT / "outputs" / "pretrained_music_peer"
 PACKAGE_FOLDER = ROOT / "multimodal" / "pretrained" / "music"
 TARGET = 0.15  # the shipped model's nats per second on the test chorales: at least 15 % below the peer's
@@ -300,7 +300,9 @@ def per_collection(path: Path, split: str = "test", seq_len: int | None = None) 
 
 
 def export(args: argparse.Namespace) -> None:
-    """The float16 model folder, its card and its checksums, into ``multimodal/pretrained/music``."""
+    """The float16 model folder, its card and its checksums, into ``multimodal/pretrained/music``; from a run,
+    or from a model folder already exported in float16 (``multimodal export --half``), whose files are copied."""
+    from multimodal.convert.folder import is_model_folder
     from multimodal.pretrained import write_checksums
     from tasks.commands.export import export_model_folder
     from tasks.runs import resolve_checkpoint
@@ -310,7 +312,10 @@ def export(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {args.out}: no report yet; run --report first")
     if PACKAGE_FOLDER.exists():
         shutil.rmtree(PACKAGE_FOLDER)  # the script's own folder: rewritten whole
-    export_model_folder(resolve_checkpoint(args.checkpoint), PACKAGE_FOLDER, half=True)
+    if is_model_folder(args.checkpoint):
+        shutil.copytree(args.checkpoint, PACKAGE_FOLDER)
+    else:
+        export_model_folder(resolve_checkpoint(args.checkpoint), PACKAGE_FOLDER, half=True)
     (PACKAGE_FOLDER / "README.md").write_text(card(rows[-1]), encoding="utf-8")  # the numbers, not the fine-tuning
     write_checksums(PACKAGE_FOLDER)
     size = sum(path.stat().st_size for path in PACKAGE_FOLDER.iterdir()) / 2**20
@@ -380,8 +385,8 @@ def card(row: dict) -> str:
         "lets what is derived from them be redistributed (docs/music.md#collections-of-music21s-corpus):",
         "Bach (chorales and other four-part settings; music21's BSD-3 corpus files, the works public domain),",
         "Monteverdi madrigals, O'Neill's Music of Ireland (1850), Ryan's Mammoth Collection and Aird's Airs",
-        "(ABC transcriptions of public-domain tune books). Share of the training windows: Bach 0.40,",
-        "Monteverdi 0.15, the three folk books 0.45 by their notes. These weights may be redistributed.",
+        "(ABC transcriptions of public-domain tune books). Share of the training windows: Bach 0.50,",
+        "Monteverdi 0.10, the three folk books 0.40 by their notes. These weights may be redistributed.",
         "",
         "## Numbers (test split, touched once; `benchmarks/pretrained_music.py --report`)",
         "",
@@ -389,8 +394,8 @@ def card(row: dict) -> str:
         "",
         "## How it was made",
         "",
-        "`make pretrained-music` (`configs/pretrained/music.yaml`, then `music_stage2.yaml`: "
-        f"{row['parameters'] / 1e6:.2f} M parameters, {row['steps']} steps on 2 CPU cores), the checkpoint",
+        "`make pretrained-music` (`configs/pretrained/music.yaml` with `music_context.yaml` on top: windows of 512",
+        f"ids, {row['parameters'] / 1e6:.2f} M parameters, {row['steps']} steps in bf16-mixed on 2 CPU cores), the checkpoint",
         "with the best validation NLL, exported in float16 (`multimodal export --half`).",
         "Fine-tune it on your own MIDI folder: docs/pretrained.md.",
         "",
