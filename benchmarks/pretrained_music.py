@@ -1,7 +1,7 @@
 """The shipped music model: its test-split report against the demo's recipe, and its export into the package.
 
-The model is trained by ``make pretrained-music`` (``configs/pretrained/music.yaml``; its best
-checkpoint on the **validation** pieces is the one shipped). This script then
+The model is trained by ``make pretrained-music`` (``configs/pretrained/music.yaml`` with ``music_context.yaml``
+on top; its best checkpoint on the **validation** pieces is the one shipped). This script then
 
 ``--peer``     trains the demo's 7-minute recipe (``configs/music_demo.yaml``: 2 layers x 128, the same
                note-duration vocabulary without parts or controls) on the Bach collection with the
@@ -300,9 +300,7 @@ def per_collection(path: Path, split: str = "test", seq_len: int | None = None) 
 
 
 def export(args: argparse.Namespace) -> None:
-    """The float16 model folder, its card and its checksums, into ``multimodal/pretrained/music``; from a run,
-    or from a model folder already exported in float16 (``multimodal export --half``), whose files are copied."""
-    from multimodal.convert.folder import is_model_folder
+    """The float16 model folder, its card and its checksums, into ``multimodal/pretrained/music``."""
     from multimodal.pretrained import write_checksums
     from tasks.commands.export import export_model_folder
     from tasks.runs import resolve_checkpoint
@@ -312,10 +310,7 @@ def export(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {args.out}: no report yet; run --report first")
     if PACKAGE_FOLDER.exists():
         shutil.rmtree(PACKAGE_FOLDER)  # the script's own folder: rewritten whole
-    if is_model_folder(args.checkpoint):
-        shutil.copytree(args.checkpoint, PACKAGE_FOLDER)
-    else:
-        export_model_folder(resolve_checkpoint(args.checkpoint), PACKAGE_FOLDER, half=True)
+    export_model_folder(resolve_checkpoint(args.checkpoint), PACKAGE_FOLDER, half=True)
     (PACKAGE_FOLDER / "README.md").write_text(card(rows[-1]), encoding="utf-8")  # the numbers, not the fine-tuning
     write_checksums(PACKAGE_FOLDER)
     size = sum(path.stat().st_size for path in PACKAGE_FOLDER.iterdir()) / 2**20
