@@ -56,7 +56,9 @@ pretrained-music: install
 	$(BIN)/multimodal data music21
 	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/pretrained/music.yaml \
 		--config configs/pretrained/music_context.yaml
-	$(BIN)/python benchmarks/pretrained_music.py --peer --report --export
+	$(BIN)/multimodal fit --config configs/music_continuation.yaml --config configs/pretrained/music.yaml \
+		--config configs/pretrained/music_context.yaml --config configs/pretrained/music_context_long.yaml
+	$(BIN)/python benchmarks/pretrained_music.py --peer --report --peer-windows 512 --export
 
 # On a machine with a GPU, first thing: every task in bf16 (eager and compiled), the LM against its
 # peers, relative attention against SDPA, cached generation; one table in gpu_check.md (<= 8 min).

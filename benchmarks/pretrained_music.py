@@ -1,7 +1,8 @@
 """The shipped music model: its test-split report against the demo's recipe, and its export into the package.
 
 The model is trained by ``make pretrained-music`` (``configs/pretrained/music.yaml`` with ``music_context.yaml``
-on top; its best checkpoint on the **validation** pieces is the one shipped). This script then
+on top, then ``music_context_long.yaml``'s closing stage; its best checkpoint on the **validation** pieces is the
+one shipped). This script then
 
 ``--peer``     trains the demo's 7-minute recipe (``configs/music_demo.yaml``: 2 layers x 128, the same
                note-duration vocabulary without parts or controls) on the Bach collection with the
@@ -10,6 +11,7 @@ on top; its best checkpoint on the **validation** pieces is the one shipped). Th
                music per collection, the control accuracies and sample-statistics overlaps of
                ``benchmarks/music_direction.py``, the NLL of its float16 export, and nats per
                second on the test Bach pieces against each peer run (target: >= 15 % lower);
+               ``--peer-windows N`` scores the peers in windows of N ids as well;
 ``--finetune`` the fine-tuning example of docs/pretrained.md: on a collection the model never saw
                (``--finetune-collection``, default the Trecento pieces, opt-in: measured, not shipped),
                ``--finetune-steps`` steps from the shipped weights against as many from scratch, the
@@ -39,10 +41,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import music_direction
@@ -52,10 +54,13 @@ from multimodal.pretrained import weights_id
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-SHIPPED_RUN = ROOT / "outputs" / "pretrained_music_context"  # its run (configs/pretrained/music_context.yaml)
+SHIPPED_RUN = ROOT / "outputs" / "pretrained_music_context_long"  # its run (configs/pretrained/music_context_long.yaml)
 PEER_ROOT = ROOT / "outputs" / "pretrained_music_peer"
 PACKAGE_FOLDER = ROOT / "multimodal" / "pretrained" / "music"
 TARGET = 0.15  # the shipped model's nats per second on the test chorales: at least 15 % below the peer's
+
+
+NAMES = {"bach": "Bach", "monteverdi": "Monteverdi"}  # collection folders as the card names them
 
 
 def main() -> None:
@@ -72,9 +77,12 @@ def main() -> None:
                              "(the same recipe scored on the same test Bach pieces)")  # fmt: skip
     parser.add_argument("--select", type=Path, nargs="+", default=[], metavar="RUN",
                         help="score these runs or folders on the validation split (choosing a stage)")
-    parser.add_argument("--select-windows", type=int, default=None, metavar="IDS",
-                        help="with --select, also score each candidate in windows of this many ids (the peers' 256): "
-                             "what its longer context buys")  # fmt: skip
+    parser.add_argument("--select-windows", type=int, nargs="+", default=[], metavar="IDS",
+                        help="with --select, also score each candidate in windows of these many ids (the peers' 256, "
+                             "or longer than it was trained on): what context buys")  # fmt: skip
+    parser.add_argument("--peer-windows", type=int, nargs="+", default=[], metavar="IDS",
+                        help="with --report, also score the peers in windows of these many ids (the length that "
+                             "suits them best on validation, from --select-windows)")  # fmt: skip
     parser.add_argument("--table", action="store_true", help="print the report of --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="peer runs")
     parser.add_argument("--new-tokens", type=int, default=384)
@@ -166,12 +174,10 @@ def report(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     result = {"checkpoint": str(checkpoint.relative_to(ROOT) if checkpoint.is_relative_to(ROOT) else checkpoint)}
     loaded = load_task(checkpoint)
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    result.update(steps=int(saved.get("global_step", 0)), parameters=sum(p.numel() for p in loaded.task.model.parameters()))
-    if (saved.get("hyper_parameters", {}).get("finetune") or {}).get("init_from"):
-        # a second stage (configs/pretrained/music_stage2.yaml): the steps of both stages
-        first = yaml.safe_load((CONFIGS / "pretrained" / "music.yaml").read_text())["trainer"]["max_steps"]
-        result["steps"] = f"{first} + {result['steps']}"
+    result["parameters"] = sum(p.numel() for p in loaded.task.model.parameters())
+    result["steps"] = " + ".join(str(steps) for steps in stage_steps(checkpoint))
+    result["collection_shares"] = loaded.data.get("collection_shares") or {}
+    result["seq_len"] = loaded.data.get("seq_len")
     with tempfile.TemporaryDirectory() as scratch:
         half = export_model_folder(checkpoint, Path(scratch) / "music", half=True)
         result["float32"] = music_direction.measure(checkpoint, 0, args)
@@ -190,13 +196,25 @@ def report(args: argparse.Namespace) -> dict:
     if result["peers"]:
         peer_mean = statistics.fmean(p["nats_per_second"] for p in result["peers"])
         result["bach_reduction_per_second"] = 1 - shipped["nats_per_second"] / peer_mean
+    for length in args.peer_windows:  # the peers read in longer windows too (their best on validation)
+        result[f"peers_in_{length}"] = peer_scores(loaded.data, "test", length)
     result["report_seconds"] = round(time.perf_counter() - started, 1)
     return result
 
 
-def peer_scores(data: dict, split: str) -> list[dict]:
+def stage_steps(checkpoint: Path) -> list[int]:
+    """The steps of each stage that made ``checkpoint``, first stage first: a stage that started from another
+    run's checkpoint (``finetune.init_from``, e.g. ``configs/pretrained/music_context_long.yaml``) counts its steps."""
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    start = (saved.get("hyper_parameters", {}).get("finetune") or {}).get("init_from")
+    earlier = stage_steps(ROOT / start) if start and str(start).endswith(".ckpt") and (ROOT / start).is_file() else []
+    return [*earlier, int(saved.get("global_step", 0))]
+
+
+def peer_scores(data: dict, split: str, seq_len: int | None = None) -> list[dict]:
     """Each peer run's nats per note and per second on the Bach pieces of ``split`` of the shipped model's data
-    (the same pieces, parts merged as the peers were trained); [] when no peer run is on disk."""
+    (the same pieces, parts merged as the peers were trained), read in windows of ``seq_len`` ids (default: the
+    peer's own length); [] when no peer run is on disk."""
     from multimodal.music import score_music
     from tasks.checkpoint import load_task
 
@@ -206,7 +224,8 @@ def peer_scores(data: dict, split: str) -> list[dict]:
     peers = []
     for run in sorted((PEER_ROOT / "lightning_logs").glob("seed*")):
         peer, tokenizer, peer_data = load_task(run / "checkpoints" / "best.ckpt")
-        scores = [score_music(peer.model, tokenizer, notes, peer_data.get("seq_len", 256)) for notes in pieces]
+        length = seq_len or peer_data.get("seq_len", 256)
+        scores = [score_music(peer.model, tokenizer, notes, length) for notes in pieces]
         total = sum(scores[1:], scores[0])
         peers.append({"run": run.name, "nats_per_second": total.per_second, "nats_per_note": total.per_note})
     return peers
@@ -244,9 +263,9 @@ def part_nats(model: torch.nn.Module, tokenizer, notes, seq_len: int) -> tuple[f
     return total, count
 
 
-def select(candidate: Path, windows: int | None = None) -> dict:
+def select(candidate: Path, windows: Sequence[int] = ()) -> dict:
     """A candidate's validation numbers per collection and the peers' on the same validation Bach pieces;
-    with ``windows``, also its numbers scored in windows of that many ids instead of its own length."""
+    for each length in ``windows``, also its numbers scored in windows of that many ids instead of its own."""
     from multimodal.convert.folder import is_model_folder
     from tasks.checkpoint import load_task
     from tasks.runs import resolve_checkpoint
@@ -256,8 +275,9 @@ def select(candidate: Path, windows: int | None = None) -> dict:
     task, tokenizer, data = load_task(checkpoint)
     peers = peer_scores(data, "val")
     result = {"candidate": str(candidate), "checkpoint": str(checkpoint), "per_collection": numbers, "peers": peers}
-    if windows:
-        result[f"per_collection_in_{windows}"] = per_collection(checkpoint, split="val", seq_len=windows)
+    for length in windows:
+        result[f"per_collection_in_{length}"] = per_collection(checkpoint, split="val", seq_len=length)
+        result[f"peers_in_{length}"] = peer_scores(data, "val", length)
     # what the Bach nats spend on naming the voices, which the peers' merged notes do not say
     bach = bach_pieces(data, "val", data["num_parts"])
     spent = [part_nats(task.model, tokenizer, notes, data.get("seq_len", 256)) for notes in bach.notes]
@@ -344,6 +364,10 @@ def table(rows: list[dict]) -> str:
                   f"the demo recipe {spread(peers, 3)} over {len(peers)} run(s)"
                   + (f" (scored by {row['peers_from']})" if row.get("peers_from") else "") + "; "
                   f"{100 * row['bach_reduction_per_second']:.1f} % lower (target {100 * TARGET:.0f} %)"]  # fmt: skip
+        for key in (key for key in row if key.startswith("peers_in_")):
+            longer = [peer["nats_per_second"] for peer in row[key]]
+            lines += ["", f"the demo recipe read in windows of {key.removeprefix('peers_in_')} ids: "
+                      f"{spread(longer, 3)}; {100 * (1 - shipped / statistics.fmean(longer)):.1f} % lower"]  # fmt: skip
     if tuned:
         lines += ["", f"fine-tuning on {tuned[0]['collection']} ({tuned[0]['pieces']} test pieces), "
                   f"{tuned[0]['steps']} steps each:", "", "| start | runs | test nats/note | test nats/s |",
@@ -356,6 +380,13 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {label} | {len(runs)} | {spread([t['nats_per_note'] for t in runs], 3)} | "
                          f"{spread([t['nats_per_second'] for t in runs], 2)} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def shares(row: dict) -> str:
+    """The training windows' share of each collection in a report row, the rest split by notes."""
+    given = row.get("collection_shares") or {}
+    named = ", ".join(f"{NAMES.get(name, name)} {share:.2f}" for name, share in given.items())
+    return f"{named}, the other collections {1 - sum(given.values()):.2f} by their notes" if given else "by their notes"
 
 
 def card(row: dict) -> str:
@@ -380,8 +411,8 @@ def card(row: dict) -> str:
         "lets what is derived from them be redistributed (docs/music.md#collections-of-music21s-corpus):",
         "Bach (chorales and other four-part settings; music21's BSD-3 corpus files, the works public domain),",
         "Monteverdi madrigals, O'Neill's Music of Ireland (1850), Ryan's Mammoth Collection and Aird's Airs",
-        "(ABC transcriptions of public-domain tune books). Share of the training windows: Bach 0.50,",
-        "Monteverdi 0.10, the three folk books 0.40 by their notes. These weights may be redistributed.",
+        f"(ABC transcriptions of public-domain tune books). Share of the training windows: {shares(row)}.",
+        "These weights may be redistributed.",
         "",
         "## Numbers (test split, touched once; `benchmarks/pretrained_music.py --report`)",
         "",
@@ -389,9 +420,10 @@ def card(row: dict) -> str:
         "",
         "## How it was made",
         "",
-        "`make pretrained-music` (`configs/pretrained/music.yaml` with `music_context.yaml` on top: windows of 512",
-        f"ids, {row['parameters'] / 1e6:.2f} M parameters, {row['steps']} steps in bf16-mixed on 2 CPU cores), the checkpoint",
-        "with the best validation NLL, exported in float16 (`multimodal export --half`).",
+        "`make pretrained-music` (`configs/pretrained/music.yaml` with `music_context.yaml` and",
+        f"`music_context_long.yaml` on top: windows of 512 ids, then {row['seq_len']}; {row['parameters'] / 1e6:.2f} M",
+        f"parameters, {row['steps']} steps in bf16-mixed on 2 CPU cores), the checkpoint with the best validation NLL,",
+        "exported in float16 (`multimodal export --half`).",
         "Fine-tune it on your own MIDI folder: docs/pretrained.md.",
         "",
     ])  # fmt: skip

@@ -545,6 +545,27 @@ def test_pretrained_music_table_keeps_fine_tunings_from_different_weights_apart(
     assert "| scratch | 1 | 6.000 |" in table
 
 
+def test_pretrained_music_counts_the_steps_of_every_stage_and_names_the_shares(monkeypatch, tmp_path):
+    """A stage that started from another run's checkpoint (finetune.init_from) adds its steps after that run's;
+    the card's shares are the report row's, the rest of the windows by notes."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import pretrained_music
+
+    monkeypatch.setattr(pretrained_music, "ROOT", tmp_path)
+    first, second, third = tmp_path / "a.ckpt", tmp_path / "b.ckpt", tmp_path / "c.ckpt"
+    torch.save({"global_step": 10000, "hyper_parameters": {"finetune": None}}, first)
+    torch.save({"global_step": 3000, "hyper_parameters": {"finetune": {"init_from": "a.ckpt"}}}, second)
+    torch.save({"global_step": 50, "hyper_parameters": {"finetune": {"init_from": "music"}}}, third)  # a folder
+    assert pretrained_music.stage_steps(first) == [10000]
+    assert pretrained_music.stage_steps(second) == [10000, 3000]
+    assert pretrained_music.stage_steps(third) == [50]
+    assert pretrained_music.shares({"collection_shares": {"bach": 0.5, "monteverdi": 0.1}}) == (
+        "Bach 0.50, Monteverdi 0.10, the other collections 0.40 by their notes")
+    assert pretrained_music.shares({}) == "by their notes"
+
+
 def test_pretrained_music_part_nats_is_what_naming_each_notes_part_costs(monkeypatch):
     """part_nats against a note-by-note count: -log of the joint PITCH id's probability over its pitch's
     probability summed over the parts, from the softmax of each window's logits."""
