@@ -60,9 +60,6 @@ PACKAGE_FOLDER = ROOT / "multimodal" / "pretrained" / "music"
 TARGET = 0.15  # the shipped model's nats per second on the test chorales: at least 15 % below the peer's
 
 
-NAMES = {"bach": "Bach", "monteverdi": "Monteverdi"}  # collection folders as the card names them
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, default=SHIPPED_RUN, help="the shipped model's run (its best.ckpt)")
@@ -385,7 +382,7 @@ def table(rows: list[dict]) -> str:
 def shares(row: dict) -> str:
     """The training windows' share of each collection in a report row, the rest split by notes."""
     given = row.get("collection_shares") or {}
-    named = ", ".join(f"{NAMES.get(name, name)} {share:.2f}" for name, share in given.items())
+    named = ", ".join(f"{name.capitalize()} {share:.2f}" for name, share in given.items())
     return f"{named}, the other collections {1 - sum(given.values()):.2f} by their notes" if given else "by their notes"
 
 
