@@ -22,12 +22,14 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 from torchvision.transforms import v2
 
+from multimodal.images.distillation import DistillationConfig, distillation_loss
 from multimodal.models import ViT, ViTConfig
+from multimodal.models.convnet import ConvNet, ConvNetConfig
 from tasks.base import Task, task_arguments
 from tasks.finetune import FineTuneConfig
 from tasks.outputs import log_folder, show_image
 
-__all__ = ["ImageClassification", "PredictionCSV", "batch_mixing", "vit_adamw"]
+__all__ = ["ConvNetClassification", "ImageClassification", "PredictionCSV", "batch_mixing", "vit_adamw"]
 
 
 def vit_adamw(params) -> torch.optim.Optimizer:
@@ -69,6 +71,10 @@ class ImageClassification(Task):
         finetune: Pretrained weights, frozen parts, LoRA, learning-rate split (see :mod:`tasks.finetune`).
         compile: Compile every Transformer block with ``torch.compile`` (:func:`~multimodal.layers.compile_blocks`);
             the first steps pay for compilation.
+        distillation: Also learn from a trained teacher's outputs on each training batch (DeiT's
+            recipe: :mod:`multimodal.images.distillation`): the teacher's checkpoint, the weight of its
+            term, soft or hard. The teacher is read when training starts, runs in eval mode without
+            gradients and is not saved with the student. None (default): off.
     """
 
     config_class = ViTConfig
@@ -92,9 +98,12 @@ class ImageClassification(Task):
         confusion_matrix_every_n_epochs: int = 1,
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
+        distillation: DistillationConfig | None = None,
     ) -> None:
         class_names = None if class_names is None else list(class_names)
-        settings = {"min_lr_ratio": min_lr_ratio, **task_arguments(locals())}  # min_lr_ratio: a saved setting here
+        distillation = DistillationConfig.parse(distillation)
+        settings = {"min_lr_ratio": min_lr_ratio, **task_arguments(locals()),  # min_lr_ratio: a saved setting here
+                    "distillation": distillation and distillation.to_dict()}  # fmt: skip
         super().__init__(model, optimizer, warmup_steps, finetune, compile, min_lr_ratio, settings)
         config = self.config
         if class_names is not None and len(class_names) != config.num_classes:
@@ -112,6 +121,8 @@ class ImageClassification(Task):
         self.confusion = torch.nn.ModuleDict({
             stage: MulticlassConfusionMatrix(classes) for stage in ("val", "test")
         })  # fmt: skip
+        self.distillation = distillation
+        self._teacher: tuple[torch.nn.Module, ...] = ()  # in a tuple: not a submodule, so neither trained nor saved
 
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``."""
@@ -125,9 +136,23 @@ class ImageClassification(Task):
             labels = targets.argmax(-1)
         logits = self.model(images)
         loss = F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
+        if self._teacher:
+            with torch.no_grad():
+                teacher_logits = self._teacher[0](images)
+            loss = distillation_loss(logits, teacher_logits, loss, self.distillation)
         self.log("train_loss", loss, prog_bar=True)
         self.log("train_acc", (logits.argmax(-1) == labels).float().mean(), on_step=False, on_epoch=True, sync_dist=True)
         return loss
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if stage == "fit" and self.distillation is not None and not self._teacher:
+            self._teacher = (load_teacher(self.distillation.teacher, self.config),)
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self._teacher:
+            self._teacher = (self._teacher[0].to(self.device),)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")
@@ -183,6 +208,37 @@ class ImageClassification(Task):
     def no_weight_decay(self) -> set[str]:
         """Biases, norms, the class token and position parameters train without weight decay."""
         return self.model.no_weight_decay()
+
+
+class ConvNetClassification(ImageClassification):
+    """The same task with a small CNN (:class:`~multimodal.models.convnet.ConvNet`) instead of a ViT: the
+    teacher of a distilled ViT and a baseline. Every other argument is :class:`ImageClassification`'s.
+
+    Args:
+        model: The CNN's sizes; ``num_classes``, ``channels`` and ``image_size`` are linked from the data.
+    """
+
+    config_class = ConvNetConfig
+
+    def __init__(self, model: ConvNetConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+
+    def build_model(self, config: ConvNetConfig) -> ConvNet:
+        return ConvNet(config)
+
+
+def load_teacher(path: str, student: Any) -> torch.nn.Module:
+    """The classifier of an image-classification checkpoint ``path`` (eval mode, frozen) for a ``student``
+    config with the same ``num_classes``; ValueError naming ``path`` otherwise."""
+    from tasks.checkpoint import load_task
+
+    task = load_task(path).task
+    if not isinstance(task, ImageClassification):
+        raise ValueError(f"{path}: the teacher must be an image-classification checkpoint, not {type(task).__name__}")
+    if task.config.num_classes != student.num_classes:
+        raise ValueError(f"{path}: the teacher has {task.config.num_classes} classes, the student "
+                         f"{student.num_classes}")  # fmt: skip
+    return task.model.requires_grad_(False).eval()
 
 
 def batch_mixing(mixup_alpha: float, cutmix_alpha: float, num_classes: int) -> v2.Transform | None:

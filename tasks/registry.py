@@ -8,6 +8,7 @@ TASKS: dict[str, str] = {
     "MusicContinuation": "tasks.music_continuation.MusicContinuation",
     "LanguageModeling": "tasks.language_modeling.LanguageModeling",
     "ImageClassification": "tasks.image_classification.ImageClassification",
+    "ConvNetClassification": "tasks.image_classification.ConvNetClassification",
     "ImageGeneration": "tasks.image_generation.ImageGeneration",
     "SuperResolution": "tasks.super_resolution.SuperResolution",
     "AutoregressiveSuperResolution": "tasks.super_resolution.AutoregressiveSuperResolution",

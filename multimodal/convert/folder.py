@@ -35,6 +35,7 @@ from multimodal.data.storage import give_default_mode
 from multimodal.layers.lora import LoRALinear, merge_lora
 from multimodal.layers.quantize import WEIGHT_SCHEMES, PackedLinear, quantize_model, set_kv_cache_dtype
 from multimodal.models.config import CausalLMConfig, ImageTransformerConfig, TranscriberConfig, ViTConfig
+from multimodal.models.convnet import ConvNet, ConvNetConfig
 from multimodal.models.image_transformer import ImageTransformer
 from multimodal.models.lm import CausalLM
 from multimodal.models.super_resolution import (
@@ -55,6 +56,7 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, README_FILE = "config.json", "model.s
 FAMILIES: dict[str, tuple[type, Callable[[Any], nn.Module]]] = {
     "CausalLM": (CausalLMConfig, CausalLM),
     "ViT": (ViTConfig, ViT),
+    "ConvNet": (ConvNetConfig, ConvNet),
     "ImageTransformer": (ImageTransformerConfig, ImageTransformer),
     "SuperResolutionRegressor": (SuperResolutionConfig, SuperResolutionRegressor),
     "ConditionalImageTransformer": (ConditionalSuperResolutionConfig, ConditionalImageTransformer),
@@ -67,6 +69,7 @@ TASK_FAMILIES = {
     "tasks.language_modeling.LanguageModeling": "CausalLM",
     "tasks.image_classification.ImageClassification": "ViT",
     "tasks.classification.ImageClassification": "ViT",
+    "tasks.image_classification.ConvNetClassification": "ConvNet",
     "tasks.image_generation.ImageGeneration": "ImageTransformer",
     "tasks.super_resolution.SuperResolution": "SuperResolutionRegressor",
     "tasks.super_resolution.AutoregressiveSuperResolution": "ConditionalImageTransformer",

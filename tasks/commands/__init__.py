@@ -81,6 +81,7 @@ TASK_COMMANDS: dict[str, str] = {
     "SuperResolution": "tasks.commands.images:super_resolution",
     "AutoregressiveSuperResolution": "tasks.commands.images:super_resolution",
     "ImageClassification": "tasks.commands.images:classification",
+    "ConvNetClassification": "tasks.commands.images:classification",
 }
 """Registered task name (:data:`tasks.registry.TASKS`) -> its command module, or ``module:name`` of a
 :class:`TaskCommands` in one (a module serving several kinds of task). A task not named here has

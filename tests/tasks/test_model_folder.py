@@ -18,6 +18,7 @@ TASK_CONFIGS = {
     "music": ["music_continuation.yaml", "music_continuation_tiny.yaml"],
     "text": ["text_lm.yaml", "text_lm_tiny.yaml"],
     "vit": ["image_classification.yaml", "image_classification_tiny.yaml"],
+    "cnn": ["image_classification_fashion_mnist_cnn.yaml", "image_classification_cnn_tiny.yaml"],
     "image_generation": ["image_generation.yaml", "image_generation_tiny.yaml"],
     "super_resolution": ["super_resolution.yaml", "super_resolution_tiny.yaml"],
     "super_resolution_autoregressive": ["super_resolution.yaml", "super_resolution_autoregressive.yaml",
@@ -44,7 +45,7 @@ def _inputs(model: torch.nn.Module, name: str):
     config = model.config
     if name in ("music", "text"):
         return (torch.randint(0, config.vocab_size, (2, 12), generator=generator),)
-    if name == "vit":
+    if name in ("vit", "cnn"):
         return (torch.rand(2, config.channels, *([config.image_size] * 2 if isinstance(config.image_size, int) else config.image_size), generator=generator),)
     if name == "image_generation":
         return (torch.randint(0, config.num_levels, (2, 20), generator=generator), torch.tensor([1, 2]))
