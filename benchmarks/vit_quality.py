@@ -81,6 +81,8 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="+", default=["shipped"],
                         help="digits, fashion: RECIPES or OPTIONS names, joined by +")
     parser.add_argument("--budget", type=float, default=2.5, help="fashion --stage select: minutes per recipe")
+    parser.add_argument("--teacher-minutes", type=float, default=None,
+                        help="fashion: minutes of a distilling recipe's teacher, inside the budget (default: the recipe's)")
     parser.add_argument("--report-budget", type=float, default=10.0,
                         help="fashion --stage report: minutes of training per run (issue 35 asks 0.91 in 30)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
@@ -271,6 +273,8 @@ def fashion_protocol(args: argparse.Namespace) -> None:
             row = {"recipe": name, "seed": seed, "budget_minutes": budget, **overrides}
             with tempfile.TemporaryDirectory() as folder:
                 teacher = recipe_teacher(name)
+                if teacher is not None and args.teacher_minutes is not None:
+                    teacher = {**teacher, "minutes": args.teacher_minutes}
                 if teacher is not None:  # trained first, inside the budget; its validation score recorded
                     path = str(Path(folder) / "teacher.ckpt")
                     taught = _run({**_train_job(teacher["configs"], None, args.threads), "seed": seed, "test": False,
