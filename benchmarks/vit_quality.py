@@ -246,6 +246,13 @@ def recipe_teacher(recipe: str) -> dict | None:
     return teachers[0] if teachers else None
 
 
+def train_teacher(configs: list[str], minutes: float, seed: int, threads: int, path: Path) -> dict:
+    """Fits a distilling recipe's teacher for ``minutes`` and saves it at ``path``; its fields of the result row."""
+    taught = _run({**_train_job(configs, None, threads), "seed": seed, "test": False, "extra": [_max_time(minutes)],
+                   "save": str(path)})  # fmt: skip
+    return {"teacher_minutes": minutes, "teacher_val_acc": taught["val_acc"], "teacher_epochs": taught["epochs"]}
+
+
 def _max_time(minutes: float) -> str:
     seconds = int(minutes * 60)
     return f"--trainer.max_time=00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -273,16 +280,11 @@ def fashion_protocol(args: argparse.Namespace) -> None:
             row = {"recipe": name, "seed": seed, "budget_minutes": budget, **overrides}
             with tempfile.TemporaryDirectory() as folder:
                 teacher = recipe_teacher(name)
-                if teacher is not None and args.teacher_minutes is not None:
-                    teacher = {**teacher, "minutes": args.teacher_minutes}
-                if teacher is not None:  # trained first, inside the budget; its validation score recorded
-                    path = str(Path(folder) / "teacher.ckpt")
-                    taught = _run({**_train_job(teacher["configs"], None, args.threads), "seed": seed, "test": False,
-                                   "extra": [_max_time(teacher["minutes"])], "save": path})  # fmt: skip
-                    row |= {"teacher_minutes": teacher["minutes"], "teacher_val_acc": taught["val_acc"],
-                            "teacher_epochs": taught["epochs"]}  # fmt: skip
-                    extra.append(f"--model.init_args.distillation.teacher={path}")
-                    budget -= teacher["minutes"]
+                if teacher is not None:  # trained first, inside the budget
+                    minutes = args.teacher_minutes if args.teacher_minutes is not None else teacher["minutes"]
+                    row |= train_teacher(teacher["configs"], minutes, seed, args.threads, Path(folder) / "teacher.ckpt")
+                    extra.append(f"--model.init_args.distillation.teacher={Path(folder) / 'teacher.ckpt'}")
+                    budget -= minutes
                 extra.append(_max_time(budget))
                 job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
                        "test": args.stage == "report", "extra": extra}  # fmt: skip
