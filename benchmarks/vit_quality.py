@@ -339,7 +339,7 @@ def _overrides(pairs: list[str]) -> list[str]:
     return [f"--{pair}" for pair in pairs]
 
 
-def _train_job(configs: list[str], position: str, threads: int) -> dict:
+def _train_job(configs: list[str], position: str | None, threads: int) -> dict:
     return {"kind": "train", "configs": configs, "position": position, "threads": threads}
 
 
