@@ -295,10 +295,12 @@ def fashion_protocol(args: argparse.Namespace) -> None:
 
 
 def recipe_label(row: dict) -> str:
-    """A result row's recipe name with the ``--set`` overrides it ran with, so rows of one recipe stay apart."""
+    """A result row's recipe name with its teacher's minutes and the ``--set`` overrides it ran with, so rows of
+    one recipe stay apart."""
     prefixes = ("model.init_args.model.", "model.init_args.")
     overrides = [next((pair.removeprefix(p) for p in prefixes if pair.startswith(p)), pair) for pair in row.get("set", [])]
-    return ", ".join([row["recipe"], *overrides])
+    teacher = [f"{row['teacher_minutes']:g}-minute teacher"] if "teacher_minutes" in row else []
+    return ", ".join([row["recipe"], *teacher, *overrides])
 
 
 def fashion_protocol_tables(results: list[dict]) -> str:

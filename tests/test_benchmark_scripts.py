@@ -119,6 +119,18 @@ def test_vit_fashion_table_keeps_apart_runs_of_one_recipe_with_different_overrid
                      "| conv stem 16, trainer.max_epochs=3 | 30.0 | 0.7000 | 40.00 | 1000 |"]  # fmt: skip
 
 
+def test_vit_fashion_report_keeps_apart_students_of_teachers_trained_for_different_minutes():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vit_quality
+
+    row = {"recipe": "distill", "seed": 0, "budget_minutes": 30.0, "val_acc": 0.9, "test_acc": 0.9, "epochs": 30.0,
+           "train_images_per_s": 1000.0, "stage": "report", "teacher_minutes": 3.0}  # fmt: skip
+    rows = [row, {**row, "seed": 1, "test_acc": 0.92}, {**row, "teacher_minutes": 5.0, "test_acc": 0.8}]
+    lines = [line for line in vit_quality.fashion_protocol_tables(rows).splitlines() if line.startswith("| distill")]
+    assert lines == ["| distill, 3-minute teacher | 2 | 30.00 ± 0.00 | 0.9000 ± 0.0000 | 0.9100 ± 0.0141 |",
+                     "| distill, 5-minute teacher | 1 | 30.00 | 0.9000 | 0.8000 |"]  # fmt: skip
+
+
 def test_vit_recipe_options_reach_the_model_the_data_and_the_trainer(tmp_path, monkeypatch):
     """Each option of benchmarks/vit_quality.py's recipes changes what the Lightning CLI builds, on top of the config."""
     from pytorch_lightning.callbacks import EMAWeightAveraging
