@@ -282,8 +282,9 @@ def fashion_protocol(args: argparse.Namespace) -> None:
                 teacher = recipe_teacher(name)
                 if teacher is not None:  # trained first, inside the budget
                     minutes = args.teacher_minutes if args.teacher_minutes is not None else teacher["minutes"]
-                    row |= train_teacher(teacher["configs"], minutes, seed, args.threads, Path(folder) / "teacher.ckpt")
-                    extra.append(f"--model.init_args.distillation.teacher={Path(folder) / 'teacher.ckpt'}")
+                    path = Path(folder) / "teacher.ckpt"
+                    row |= train_teacher(teacher["configs"], minutes, seed, args.threads, path)
+                    extra.append(f"--model.init_args.distillation.teacher={path}")
                     budget -= minutes
                 extra.append(_max_time(budget))
                 job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
