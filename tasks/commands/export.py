@@ -59,9 +59,11 @@ def export_model_folder(checkpoint: str | Path, out: str | Path, half: bool = Fa
     saved = read_checkpoint(path)
     task, tokenizer, data = load_task(path)
     settings = {key: value for key, value in dict(saved.get("hyper_parameters", {})).items() if key != "model"}
+    # The folder stands alone: no setting of it names a file of the training run. Its weights are whole, so a
+    # task rebuilt from it must not copy its fine-tuning source's in again, nor look for a distillation teacher.
     if settings.get("finetune"):
-        # The folder's weights are whole: a task rebuilt from it must not copy its source's in again.
         settings["finetune"] = {**settings["finetune"], "init_from": None}
+    settings.pop("distillation", None)
     out = Path(out)
     run_config = _run_config(path)
     readme = describe_run(task, saved, path, run_config)

@@ -11,6 +11,7 @@ from multimodal.images.distillation import DistillationConfig, distillation_loss
 from multimodal.models.convnet import ConvNet, ConvNetConfig
 from tasks.checkpoint import load_task
 from tasks.cli import MultimodalCLI, main
+from tasks.commands.export import export_model_folder
 from tasks.image_classification import ConvNetClassification, ImageClassification, load_teacher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +106,10 @@ def test_a_vit_follows_a_cnn_teacher_that_is_neither_trained_nor_saved(teacher, 
     teacher.unlink()
     reloaded = load_task(saved).task
     assert reloaded.distillation.teacher == str(teacher) and reloaded._teacher == ()
+    # An exported folder stands alone: it neither names the teacher's file nor distils when rebuilt.
+    folder = export_model_folder(saved, tmp_path / "model")
+    assert str(teacher) not in (folder / "config.json").read_text()
+    assert load_task(folder).task.distillation is None
 
 
 def test_a_teacher_that_is_missing_or_has_other_classes_ends_the_run_in_one_line(teacher, tmp_path, capsys, monkeypatch):
