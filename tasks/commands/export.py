@@ -59,8 +59,9 @@ def export_model_folder(checkpoint: str | Path, out: str | Path, half: bool = Fa
     saved = read_checkpoint(path)
     task, tokenizer, data = load_task(path)
     settings = {key: value for key, value in dict(saved.get("hyper_parameters", {})).items() if key != "model"}
-    # The folder stands alone: no setting of it names a file of the training run. Its weights are whole, so a
-    # task rebuilt from it must not copy its fine-tuning source's in again, nor look for a distillation teacher.
+    # The folder stands alone: its task settings name no file of the training run (training_config.yaml keeps the
+    # record). Its weights are whole, so a task rebuilt from it must not copy its fine-tuning source's in again,
+    # nor look for a distillation teacher.
     if settings.get("finetune"):
         settings["finetune"] = {**settings["finetune"], "init_from": None}
     settings.pop("distillation", None)

@@ -106,7 +106,7 @@ def test_a_vit_follows_a_cnn_teacher_that_is_neither_trained_nor_saved(teacher, 
     teacher.unlink()
     reloaded = load_task(saved).task
     assert reloaded.distillation.teacher == str(teacher) and reloaded._teacher == ()
-    # An exported folder stands alone: it neither names the teacher's file nor distils when rebuilt.
+    # An exported folder stands alone: its task settings do not name the teacher's file, and it does not distil when rebuilt.
     folder = export_model_folder(saved, tmp_path / "model")
     assert str(teacher) not in (folder / "config.json").read_text()
     assert load_task(folder).task.distillation is None
