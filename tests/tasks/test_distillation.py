@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from multimodal.images.distillation import DistillationConfig, distillation_loss
 from multimodal.models.convnet import ConvNet, ConvNetConfig
@@ -134,3 +135,34 @@ def test_vit_quality_recipes_name_at_most_one_teacher_inside_the_budget():
     assert "--model.init_args.distillation.kind=hard" in vit_quality.recipe_arguments([], "hard distill")
     with pytest.raises(SystemExit, match="more than one teacher"):
         vit_quality.recipe_teacher("distill+hard distill")
+
+
+def _minutes(max_time: str) -> float:
+    days, hours, minutes, seconds = (int(part) for part in max_time.split(":"))
+    return days * 1440 + hours * 60 + minutes + seconds / 60
+
+
+def test_the_distilled_fashion_config_is_the_recipe_the_benchmark_reported():
+    """The config a user runs holds every override of the recipe docs/benchmarks.md reported on test (the
+    benchmark's own list, not a copy), follows the teacher config's run folder, and keeps the teacher's
+    minutes inside the 30."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vit_quality
+
+    config = yaml.safe_load((ROOT / "configs" / "image_classification_fashion_mnist_distilled.yaml").read_text())
+    recipe = "conv stem 16+drop path+dropout 0.1+distill"
+    reported = vit_quality.recipe_arguments(vit_quality.FASHION_CONFIGS, recipe)
+    for argument in [*reported, "--model.init_args.distillation.temperature=2.0"]:
+        key, value = argument.removeprefix("--").split("=", 1)
+        node = config
+        for part in key.split("."):
+            assert part in node, f"{key}: not set by the config"
+            node = node[part]
+        assert node == yaml.safe_load(value), key
+    distillation = config["model"]["init_args"]["distillation"]
+    assert distillation["alpha"] == DistillationConfig(teacher="unused").alpha  # the benchmark's default
+    teacher = vit_quality.recipe_teacher(recipe)
+    cnn = yaml.safe_load((ROOT / "configs" / teacher["configs"][0]).read_text())
+    assert distillation["teacher"] == cnn["trainer"]["default_root_dir"]
+    assert _minutes(cnn["trainer"]["max_time"]) == teacher["minutes"]
+    assert _minutes(config["trainer"]["max_time"]) + teacher["minutes"] == 30
