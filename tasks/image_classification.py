@@ -22,7 +22,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 from torchvision.transforms import v2
 
-from multimodal.images.distillation import DistillationConfig, distillation_loss
+from multimodal.images.distillation import DistillationConfig, RememberingTeacher, distillation_loss
 from multimodal.models import ViT, ViTConfig
 from multimodal.models.convnet import ConvNet, ConvNetConfig
 from tasks.base import Task, task_arguments
@@ -74,10 +74,13 @@ class ImageClassification(Task):
         distillation: Also learn from a trained teacher's outputs on each training batch (DeiT's
             recipe: :mod:`multimodal.images.distillation`): the teacher's checkpoint, the weight of its
             term, soft or hard. The teacher is read when training starts, runs in eval mode without
-            gradients and is not saved with the student. None (default): off.
+            gradients and is not saved with the student. Its logits are remembered per distinct image
+            (up to ``remembered_teacher_images``), so unaugmented training images reach it once, not
+            every epoch. None (default): off.
     """
 
     config_class = ViTConfig
+    remembered_teacher_images: ClassVar[int] = 250_000  # the teacher's logits are kept for this many training images
     data_links: ClassVar[dict[str, str]] = {
         "num_classes": "model.num_classes",
         "channels": "model.channels",
@@ -122,7 +125,7 @@ class ImageClassification(Task):
             stage: MulticlassConfusionMatrix(classes) for stage in ("val", "test")
         })  # fmt: skip
         self.distillation = distillation
-        self._teacher: tuple[torch.nn.Module, ...] = ()  # in a tuple: not a submodule, so neither trained nor saved
+        self._teacher: tuple[RememberingTeacher, ...] = ()  # in a tuple: not a submodule, so neither trained nor saved
 
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``."""
@@ -137,9 +140,7 @@ class ImageClassification(Task):
         logits = self.model(images)
         loss = F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
         if self._teacher:
-            with torch.no_grad():
-                teacher_logits = self._teacher[0](images)
-            loss = distillation_loss(logits, teacher_logits, loss, self.distillation)
+            loss = distillation_loss(logits, self._teacher[0](images), loss, self.distillation)
         self.log("train_loss", loss, prog_bar=True)
         self.log("train_acc", (logits.argmax(-1) == labels).float().mean(), on_step=False, on_epoch=True, sync_dist=True)
         return loss
@@ -147,12 +148,14 @@ class ImageClassification(Task):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if stage == "fit" and self.distillation is not None and not self._teacher:
-            self._teacher = (load_teacher(self.distillation.teacher, self.config),)
+            # Mixed batches are new images every step: nothing to remember.
+            remember = 0 if self._batch_mix is not None else self.remembered_teacher_images
+            self._teacher = (RememberingTeacher(load_teacher(self.distillation.teacher, self.config), remember),)
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
         if self._teacher:
-            self._teacher = (self._teacher[0].to(self.device),)
+            self._teacher[0].to(self.device)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")

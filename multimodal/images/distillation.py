@@ -9,16 +9,20 @@ predictions. Two forms, as in DeiT:
 - **hard**: cross-entropy of the student against the teacher's top class.
 
 The loss is ``(1 - alpha) * label_loss + alpha * teacher_term``. The teacher is run in eval mode
-without gradients; the Lightning task loads it (``ImageClassification(distillation=...)``).
+without gradients; the Lightning task loads it (``ImageClassification(distillation=...)``). A frozen
+teacher gives an image the same logits every epoch, so :class:`RememberingTeacher` keeps them per
+distinct image: training images that are not augmented pass through the teacher once, not once an epoch.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 
 @dataclass
@@ -73,3 +77,58 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Tensor, label_loss
         term = F.kl_div(F.log_softmax(student / t, -1), F.log_softmax(teacher / t, -1), reduction="batchmean",
                         log_target=True) * t * t  # fmt: skip
     return (1.0 - config.alpha) * label_loss + config.alpha * term
+
+
+class RememberingTeacher:
+    """A frozen teacher that computes each distinct image's logits once and remembers them.
+
+    Images are told apart by their exact bytes (a 128-bit BLAKE2 digest of each), so a remembered row
+    is only ever served for the very image it was computed from: an augmented or mixed image is a new
+    image, computed afresh. Without augmentation every training image reaches the teacher once per
+    process instead of once an epoch. At most ``max_images`` rows are kept (float32, ``classes`` wide;
+    about 60 bytes each besides); beyond that, new images are computed and not remembered.
+
+    Args:
+        teacher: The frozen classifier, ``(batch, channels, height, width) -> (batch, classes)``.
+        max_images: How many images' logits to keep.
+    """
+
+    def __init__(self, teacher: nn.Module, max_images: int = 250_000) -> None:
+        self.teacher, self.max_images = teacher, max_images
+        self._rows: dict[bytes, int] = {}
+        self._logits: Tensor | None = None  # (max_images, classes), allocated by the first batch
+
+    def to(self, device: torch.device | str) -> RememberingTeacher:
+        """Moves the teacher (and any remembered logits) to ``device``; returns itself."""
+        self.teacher = self.teacher.to(device)
+        self._logits = None if self._logits is None else self._logits.to(device)
+        return self
+
+    @property
+    def remembered(self) -> int:
+        """How many images' logits are kept."""
+        return len(self._rows)
+
+    @torch.no_grad()
+    def __call__(self, images: Tensor) -> Tensor:
+        """The teacher's float32 logits ``(batch, classes)`` of ``images`` ``(batch, ...)``."""
+        keys = [hashlib.blake2b(image.tobytes(), digest_size=16).digest()
+                for image in images.detach().cpu().contiguous().flatten(1).view(torch.uint8).numpy()]  # fmt: skip
+        rows = torch.tensor([self._rows.get(key, -1) for key in keys], device=images.device)
+        new = (rows < 0).nonzero().flatten()
+        if len(new) == 0:
+            return self._logits[rows]
+        computed = self.teacher(images[new]).float()
+        if self._logits is None:
+            self._logits = computed.new_empty(self.max_images, computed.shape[-1])
+        logits = computed.new_empty(len(images), computed.shape[-1])
+        logits[new] = computed
+        known = (rows >= 0).nonzero().flatten()
+        logits[known] = self._logits[rows[known]]
+        kept = []  # positions in `new` of the images to remember: the first of each, while there is room
+        for position, index in enumerate(new.tolist()):
+            if len(self._rows) < self.max_images and keys[index] not in self._rows:
+                self._rows[keys[index]] = len(self._rows)
+                kept.append(position)
+        self._logits[len(self._rows) - len(kept):len(self._rows)] = computed[kept]
+        return logits

@@ -8,7 +8,8 @@ import pytest
 import torch
 import yaml
 
-from multimodal.images.distillation import DistillationConfig, distillation_loss
+from multimodal.images.distillation import DistillationConfig, RememberingTeacher, distillation_loss
+from multimodal.models import ViTConfig
 from multimodal.models.convnet import ConvNet, ConvNetConfig
 from tasks.checkpoint import load_task
 from tasks.cli import MultimodalCLI, main
@@ -64,6 +65,59 @@ def test_convnet_halves_each_stage_and_refuses_images_too_small_for_its_stages()
         ConvNetConfig(image_size=7, widths=(4, 8, 16))
 
 
+class _CountingTeacher(torch.nn.Module):
+    """A small fixed network that counts the images it is given."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5))
+        self.seen = 0
+
+    def forward(self, images):
+        self.seen += len(images)
+        return self.net(images)
+
+
+def test_a_remembering_teacher_gives_each_image_its_own_logits_and_computes_it_once():
+    counting = _CountingTeacher()
+    remembering = RememberingTeacher(counting, max_images=100)
+    images = torch.rand(8, 3, 2, 2)
+    with torch.no_grad():
+        direct = counting.net(images)  # the reference: the network itself, image by image in one batch
+    torch.testing.assert_close(remembering(images), direct)
+    assert counting.seen == 8 and remembering.remembered == 8
+
+    # A later batch: seen images in another order, one image twice, a new one, a seen one changed in one value.
+    changed = images[2].clone()
+    changed[0, 0, 0] += 1e-6
+    fresh = torch.rand(3, 2, 2)
+    batch = torch.stack([images[5], images[0], fresh, images[5], changed])
+    with torch.no_grad():
+        expected = counting.net(batch)
+    torch.testing.assert_close(remembering(batch), expected)
+    assert counting.seen == 8 + 2  # only the new image and the changed one reached the teacher
+    assert remembering.remembered == 10
+
+    # A full memory computes what it cannot keep, and still answers right.
+    small = RememberingTeacher(_CountingTeacher(), max_images=3)
+    torch.testing.assert_close(small(images), direct)
+    torch.testing.assert_close(small(images), direct)
+    assert small.remembered == 3 and small.teacher.seen == 8 + 5
+
+
+def test_a_student_trained_on_mixed_batches_remembers_nothing(teacher):
+    config = load_task(teacher).task.config
+    task = ImageClassification(ViTConfig(num_classes=10, image_size=8, channels=config.channels, dim=16, num_heads=2,
+                                         num_layers=1, ff_dim=16, patch_size=4),
+                               mixup_alpha=0.8, distillation={"teacher": str(teacher)})  # fmt: skip
+    task.setup("fit")
+    assert task._teacher[0].max_images == 0
+    plain = ImageClassification(task.config, distillation={"teacher": str(teacher)})
+    plain.setup("fit")
+    assert plain._teacher[0].max_images == ImageClassification.remembered_teacher_images
+
+
 @pytest.fixture
 def teacher(tmp_path, monkeypatch):
     """A CNN teacher fitted on the digits with the tiny config (a few steps), as `multimodal fit` writes it."""
@@ -82,7 +136,7 @@ def test_a_vit_follows_a_cnn_teacher_that_is_neither_trained_nor_saved(teacher, 
     cli = MultimodalCLI(argv, data_links=ImageClassification.data_links, run=False)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     student = cli.model
-    followed = student._teacher[0]
+    followed = student._teacher[0].teacher
     assert all(torch.equal(value, before[name]) for name, value in followed.state_dict().items())  # not trained
     assert not followed.training and not any(p.requires_grad for p in followed.parameters())
 
