@@ -85,18 +85,18 @@ class RememberingTeacher:
     Images are told apart by their exact bytes (a 128-bit BLAKE2 digest of each), so a remembered row
     is only ever served for the very image it was computed from: an augmented or mixed image is a new
     image, computed afresh. Without augmentation every training image reaches the teacher once per
-    process instead of once an epoch. At most ``max_images`` rows are kept (float32, ``classes`` wide;
-    about 60 bytes each besides); beyond that, new images are computed and not remembered.
+    process instead of once an epoch. At most ``max_images`` images are remembered, each with its
+    float32 logits and about 125 bytes of key and index; beyond that, new images are computed and not kept.
 
     Args:
         teacher: The frozen classifier, ``(batch, channels, height, width) -> (batch, classes)``.
-        max_images: How many images' logits to keep.
+        max_images: How many images' logits to keep (0: none).
     """
 
     def __init__(self, teacher: nn.Module, max_images: int = 250_000) -> None:
         self.teacher, self.max_images = teacher, max_images
-        self._rows: dict[bytes, int] = {}
-        self._logits: Tensor | None = None  # (max_images, classes), allocated by the first batch
+        self._rows: dict[bytes, int] = {}  # an image's digest -> its row of _logits
+        self._logits: Tensor | None = None  # (rows allocated, classes); grows by doubling
 
     def to(self, device: torch.device | str) -> RememberingTeacher:
         """Moves the teacher (and any remembered logits) to ``device``; returns itself."""
@@ -119,16 +119,27 @@ class RememberingTeacher:
         if len(new) == 0:
             return self._logits[rows]
         computed = self.teacher(images[new]).float()
-        if self._logits is None:
-            self._logits = computed.new_empty(self.max_images, computed.shape[-1])
         logits = computed.new_empty(len(images), computed.shape[-1])
         logits[new] = computed
         known = (rows >= 0).nonzero().flatten()
-        logits[known] = self._logits[rows[known]]
-        kept = []  # positions in `new` of the images to remember: the first of each, while there is room
-        for position, index in enumerate(new.tolist()):
-            if len(self._rows) < self.max_images and keys[index] not in self._rows:
-                self._rows[keys[index]] = len(self._rows)
-                kept.append(position)
-        self._logits[len(self._rows) - len(kept):len(self._rows)] = computed[kept]
+        if len(known):
+            logits[known] = self._logits[rows[known]]
+        self._remember([keys[index] for index in new.tolist()], computed)
         return logits
+
+    def _remember(self, keys: list[bytes], logits: Tensor) -> None:
+        """Keeps ``logits`` ``(len(keys), classes)`` under ``keys``: the first of each key, while there is room."""
+        kept, start = [], len(self._rows)
+        for position, key in enumerate(keys):
+            if len(self._rows) < self.max_images and key not in self._rows:
+                self._rows[key] = len(self._rows)
+                kept.append(position)
+        if not kept:
+            return
+        if self._logits is None or len(self._logits) < len(self._rows):
+            size = min(self.max_images, max(len(self._rows), 2 * (0 if self._logits is None else len(self._logits))))
+            grown = logits.new_empty(size, logits.shape[-1])
+            if self._logits is not None:
+                grown[:start] = self._logits[:start]
+            self._logits = grown
+        self._logits[start:len(self._rows)] = logits[kept]
