@@ -84,7 +84,7 @@ def test_a_remembering_teacher_gives_each_image_its_own_logits_and_computes_it_o
     remembering = RememberingTeacher(counting, max_images=100)
     images = torch.rand(8, 3, 2, 2)
     with torch.no_grad():
-        direct = counting.net(images)  # the reference: the network itself, image by image in one batch
+        direct = counting.net(images)  # the reference: the network itself, every image computed
     torch.testing.assert_close(remembering(images), direct)
     assert counting.seen == 8 and remembering.remembered == 8
 
