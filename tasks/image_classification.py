@@ -73,7 +73,9 @@ class ImageClassification(Task):
             the first steps pay for compilation.
         distillation: Also learn from a trained teacher's outputs on each training batch (DeiT's
             recipe: :mod:`multimodal.images.distillation`): the teacher's checkpoint, the weight of its
-            term, soft or hard. The teacher is read when training starts, runs in eval mode without
+            term, soft or hard. With the ViT's ``distillation_token`` the label loss trains the class
+            head and the teacher's term the distillation head (DeiT's distilled models); otherwise both terms
+            train the one head. The teacher is read when training starts, runs in eval mode without
             gradients and is not saved with the student. Its logits are remembered per distinct image
             (up to ``remembered_teacher_images``), so unaugmented training images reach it once, not
             every epoch. None (default): off.
@@ -137,10 +139,15 @@ class ImageClassification(Task):
         if self._batch_mix is not None:  # soft targets (batch, classes); accuracy against the larger share
             images, targets = self._batch_mix(images, labels)
             labels = targets.argmax(-1)
-        logits = self.model(images)
-        loss = F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
+        if self._teacher and getattr(self.config, "distillation_token", False):
+            # DeiT's distillation token: the labels teach the class head, the teacher the other head.
+            class_logits, distilled_logits = self.model.forward_heads(images)
+            logits = (class_logits + distilled_logits) / 2
+        else:
+            logits = class_logits = distilled_logits = self.model(images)
+        loss = F.cross_entropy(class_logits.float(), targets, label_smoothing=self.label_smoothing)
         if self._teacher:
-            loss = distillation_loss(logits, self._teacher[0](images), loss, self.distillation)
+            loss = distillation_loss(distilled_logits, self._teacher[0](images), loss, self.distillation)
         self.log("train_loss", loss, prog_bar=True)
         self.log("train_acc", (logits.argmax(-1) == labels).float().mean(), on_step=False, on_epoch=True, sync_dist=True)
         return loss

@@ -3,18 +3,20 @@
 No ``timm`` needed: the weights come from a ``.safetensors`` file or a ``.pth`` / ``.bin`` /
 ``.pt`` read with ``torch.load(weights_only=True)``; the sizes are read off the tensors' shapes,
 except the number of heads, which no shape shows — it comes from ``num_heads`` or the model name
-(``vit_tiny`` 3, ``vit_small`` 6, ``vit_base`` 12, ``vit_large`` / ``vit_huge`` 16).
+(``vit_tiny`` 3, ``vit_small`` 6, ``vit_base`` 12, ``vit_large`` / ``vit_huge`` 16; ``deit_*`` alike).
 
 Supported: the classic ViT of timm's ``VisionTransformer`` — class token, ``pos_embed`` covering
 it, pre-norm blocks with ``qkv`` bias, exact GELU, final ``norm``, linear ``head`` on the class
-token. Variants with layer scale (``ls1``), qk-norm, register tokens, average pooling with
+token — and DeiT's distilled ViT (``VisionTransformerDistilled``: ``dist_token`` after the class
+token, ``head_dist``; our ``distillation_token``). Variants with layer scale (``ls1``), qk-norm, register tokens, average pooling with
 ``fc_norm`` or no class token in ``pos_embed`` compute something else and are refused by name.
 
 ==================================  =============================================
 timm                                 ours
 ==================================  =============================================
 ``cls_token`` (1, 1, dim)            ``cls_token``
-``pos_embed`` (1, 1 + N, dim)        ``encoder.positions.weight`` (1 + N, dim)
+``dist_token`` (1, 1, dim)           ``dist_token`` (``distillation_token=True``)
+``pos_embed`` (1, P + N, dim)        ``encoder.positions.weight`` (P + N, dim), P prefix tokens
 ``patch_embed.proj`` conv            ``patch_embed`` linear over ``(p1 p2 c)`` patches
 ``blocks.{i}.norm1``                 ``encoder.blocks.{i}.norm_attention``
 ``blocks.{i}.attn.qkv``              ``encoder.blocks.{i}.attention.to_qkv``
@@ -23,6 +25,7 @@ timm                                 ours
 ``blocks.{i}.mlp.fc1`` / ``fc2``     ``encoder.blocks.{i}.ff.up`` / ``ff.down``
 ``norm``                             ``encoder.norm``
 ``head``                             ``head``
+``head_dist``                        ``head_dist``
 ==================================  =============================================
 """
 
@@ -123,11 +126,12 @@ def timm_vit_config(
     heads = num_heads or _heads_from_name(model_name)
     num_layers = 1 + max(int(match[1]) for name in state if (match := re.match(r"blocks\.(\d+)\.", name)))
     num_tokens = state["pos_embed"].shape[1]
+    num_prefix = 2 if "dist_token" in state else 1
     if image_size is None:
-        side = math.isqrt(num_tokens - 1)
-        if side * side != num_tokens - 1:
+        side = math.isqrt(num_tokens - num_prefix)
+        if side * side != num_tokens - num_prefix:
             raise ValueError(
-                f"pos_embed has {num_tokens} entries: not a class token + square grid "
+                f"pos_embed has {num_tokens} entries: not {num_prefix} prefix token(s) + a square grid "
                 f"(no_embed_class models are not supported); pass image_size=(height, width)"
             )
         image_size = side * patch_height
@@ -142,6 +146,7 @@ def timm_vit_config(
         channels=channels,
         num_classes=0 if head is None else head.shape[0],
         pooling="cls",
+        distillation_token=num_prefix == 2,
         position="learned",
         activation="gelu",
         norm_eps=1e-6,
@@ -160,8 +165,8 @@ def convert_timm_vit_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
     converted: dict[str, Tensor] = {}
     unknown = []
     for name, tensor in state.items():
-        if name == "cls_token":
-            converted["cls_token"] = tensor
+        if name in ("cls_token", "dist_token"):
+            converted[name] = tensor
         elif name == "pos_embed":
             converted["encoder.positions.weight"] = tensor[0]
         elif name == "patch_embed.proj.weight":
@@ -170,7 +175,7 @@ def convert_timm_vit_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
             converted["patch_embed.bias"] = tensor
         elif name.startswith("norm."):
             converted["encoder." + name] = tensor
-        elif name.startswith("head."):
+        elif name.startswith(("head.", "head_dist.")):
             converted[name] = tensor
         elif match := re.fullmatch(r"blocks\.(\d+)\.(.+)\.(weight|bias)", name):
             layer, module, kind = match.groups()
@@ -223,7 +228,7 @@ def convert_timm_vit(
 
 
 def _heads_from_name(model_name: str | None) -> int:
-    match = re.search(r"vit_(tiny|small|base|large|huge)", model_name or "")
+    match = re.search(r"(?:vit|deit)_(tiny|small|base|large|huge)", model_name or "")
     if match is None:
         raise ValueError(
             f"cannot tell the number of heads of {model_name or 'this ViT'} from its weights; pass num_heads "

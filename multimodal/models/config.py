@@ -78,7 +78,7 @@ class ViTConfig(Presets, TransformerConfig):
     The encoder fields keep their meaning; ViT changes some defaults (no dropout, LayerNorm eps
     ``1e-6`` as timm, learned absolute positions) and *derives* two of them from the image:
     ``grid_size = (height // patch_size, width // patch_size)`` (of the stem's maps with
-    ``stem_stride=2``) and ``max_seq_len`` = class token + patches. Values given for those two are replaced.
+    ``stem_stride=2``) and ``max_seq_len`` = prefix tokens + patches. Values given for those two are replaced.
 
     Attributes:
         image_size: Side of square images, or ``(height, width)``; multiples of ``patch_size`` (after
@@ -101,6 +101,10 @@ class ViTConfig(Presets, TransformerConfig):
             and the patches are cut from the reduced map: three stride-2 layers and ``patch_size=1``
             turn a 28x28 image into a 4x4 grid of tokens from overlapping 15x15 receptive fields, at
             a fraction of the full-resolution stem's cost. The grid is then ``stem size // patch_size``.
+        distillation_token: DeiT's second prefix token (Touvron et al. 2021, timm's
+            ``VisionTransformerDistilled``): a learned token after the class token, with its own head
+            ``head_dist``. A distilling task trains the class head on the labels and this head on the
+            teacher; the model's logits are the mean of the two heads. Needs ``pooling="cls"``.
     """
 
     dropout: float = 0.0
@@ -113,6 +117,7 @@ class ViTConfig(Presets, TransformerConfig):
     pooling: Literal["cls", "mean"] = "cls"
     stem_channels: tuple[int, ...] = ()
     stem_stride: int = 1
+    distillation_token: bool = False
 
     def __post_init__(self) -> None:
         check_sizes(self, positive=("image_size", "patch_size", "channels"), non_negative=("num_classes",))
@@ -135,14 +140,17 @@ class ViTConfig(Presets, TransformerConfig):
             )
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.distillation_token and self.pooling != "cls":
+            raise ValueError("distillation_token needs pooling='cls': its head reads the token after the class token")
         self.grid_size = (rows // self.patch_size, cols // self.patch_size)
         self.max_seq_len = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
         super().__post_init__()
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches: 1 (the class token) with ``pooling="cls"``, else 0."""
-        return 1 if self.pooling == "cls" else 0
+        """Tokens before the patches: the class token with ``pooling="cls"`` (1), the distillation token
+        after it (2), else 0."""
+        return 0 if self.pooling != "cls" else 1 + int(self.distillation_token)
 
     @property
     def image_shape(self) -> tuple[int, int]:

@@ -8,10 +8,15 @@ exact GELU, final LayerNorm — timm's ``VisionTransformer`` layout). Positions 
 absolute embeddings added to the tokens (``position="learned"``, ViT's own) or 2D relative offsets
 inside every attention layer (``position="relative2d"``, :mod:`multimodal.layers.positions.relative2d`).
 
-Names follow timm where a concept is the same: ``patch_embed``, ``cls_token``, ``forward_features``,
-``forward_head``, ``head``, ``no_weight_decay``. The absolute position table is
-``encoder.positions.weight`` ``(1 + num_patches, dim)`` (timm's ``pos_embed`` without its batch axis);
-a timm conv patch weight ``(dim, c, p, p)`` maps to ``patch_embed.weight`` with
+With ``distillation_token`` a second learned token follows the class token and has its own head,
+``head_dist`` (DeiT, timm's ``VisionTransformerDistilled``): :meth:`ViT.forward_heads` gives both
+heads' logits, for a task that trains the class head on labels and the other on a teacher;
+:meth:`ViT.forward` gives their mean, as DeiT classifies.
+
+Names follow timm where a concept is the same: ``patch_embed``, ``cls_token``, ``dist_token``,
+``forward_features``, ``forward_head``, ``head``, ``head_dist``, ``no_weight_decay``. The absolute
+position table is ``encoder.positions.weight`` ``(prefix + num_patches, dim)`` (timm's ``pos_embed``
+without its batch axis); a timm conv patch weight ``(dim, c, p, p)`` maps to ``patch_embed.weight`` with
 ``rearrange(w, "d c p1 p2 -> d (p1 p2 c)")``.
 
 Loading a state dict made for another image size resamples the position parameters to this
@@ -36,7 +41,7 @@ __all__ = ["ViT"]
 
 
 class ViT(nn.Module):
-    """Patch embedding, optional class token, :class:`~multimodal.layers.Encoder`, linear head.
+    """Patch embedding, optional class (and distillation) token, :class:`~multimodal.layers.Encoder`, linear head(s).
 
     Args:
         config: Sizes, image geometry, position scheme, pooling and number of classes.
@@ -48,50 +53,70 @@ class ViT(nn.Module):
         self.stem = _conv_stem(config.channels, config.stem_channels, config.stem_stride)
         self.patch_embed = nn.Linear(config.patch_dim, config.dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.dim)) if config.pooling == "cls" else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, config.dim)) if config.distillation_token else None
         self.encoder = Encoder(config)
-        self.head = nn.Linear(config.dim, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        self.head = _head(config)
+        self.head_dist = _head(config) if config.distillation_token else None
         self.apply(_init_weights)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=0.02)
+        for token in (self.cls_token, self.dist_token):
+            if token is not None:
+                nn.init.normal_(token, std=0.02)
         self.register_load_state_dict_pre_hook(_resample_position_parameters)
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches (1 with a class token, else 0)."""
+        """Tokens before the patches (1 with a class token, 2 with a distillation token too, else 0)."""
         return self.config.num_prefix_tokens
 
     def forward(self, images: Tensor) -> Tensor:
         """Class logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``.
 
-        With class-token pooling only the class token's output is needed, so the last block
-        computes that one token (``Encoder(num_outputs=1)``): the same logits as
+        With class-token pooling only the prefix tokens' outputs are needed, so the last block
+        computes those (``Encoder(num_outputs=prefix)``): the same logits as
         ``forward_head(forward_features(images))``, for about 7 % less work.
         """
+        return self.forward_head(self._prefix_features(images))
+
+    def forward_heads(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """The class head's and the distillation head's logits, each ``(batch, num_classes)``, of images
+        ``(batch, channels, height, width)``; their mean is :meth:`forward`. Needs ``distillation_token``."""
+        if self.head_dist is None:
+            raise ValueError("forward_heads needs a ViT with a distillation token (ViTConfig.distillation_token)")
+        features = self._prefix_features(images)
+        return self.head(features[:, 0]), self.head_dist(features[:, 1])
+
+    def _prefix_features(self, images: Tensor) -> Tensor:
+        """What the head reads: the prefix tokens' outputs with class-token pooling, else every token."""
         num_outputs = self.num_prefix_tokens if self.config.pooling == "cls" else None
-        return self.forward_head(self.encoder(self._embed(images), num_outputs=num_outputs))
+        return self.encoder(self._embed(images), num_outputs=num_outputs)
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Normalised tokens ``(batch, prefix + num_patches, dim)`` of images ``(batch, c, h, w)``."""
         return self.encoder(self._embed(images))
 
     def _embed(self, images: Tensor) -> Tensor:
-        """Patch embeddings, class token first: ``(batch, prefix + num_patches, dim)``."""
+        """Patch embeddings after the prefix (class token, then distillation token): ``(batch, prefix + num_patches, dim)``."""
         self._check(images)
         features = self.stem(images) if self.stem is not None else images  # (b, stem or c, h, w)
         tokens = self.patch_embed(patchify(features, self.config.patch_size))  # (b, num_patches, dim)
-        if self.cls_token is not None:
-            tokens = torch.cat(
-                [self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype), tokens], dim=1
-            )
-        return tokens
+        prefix = [token.expand(tokens.shape[0], -1, -1).to(tokens.dtype)
+                  for token in (self.cls_token, self.dist_token) if token is not None]  # fmt: skip
+        return torch.cat([*prefix, tokens], dim=1) if prefix else tokens
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
         """Pools ``(batch, tokens, dim)`` features (class token or patch mean) and classifies them.
+
+        With a distillation token the logits are the mean of the class head's and the distillation
+        head's (DeiT), and the pooled vector the mean of the two tokens (timm's).
 
         Args:
             features: Output of :meth:`forward_features`.
             pre_logits: Return the pooled ``(batch, dim)`` vector instead of the logits.
         """
+        if self.head_dist is not None:
+            if pre_logits:
+                return (features[:, 0] + features[:, 1]) / 2
+            return (self.head(features[:, 0]) + self.head_dist(features[:, 1])) / 2
         if self.config.pooling == "cls":
             pooled = features[:, 0]
         else:
@@ -103,7 +128,7 @@ class ViT(nn.Module):
         return {
             name
             for name, parameter in self.named_parameters()
-            if parameter.dim() < 2 or name == "cls_token" or "positions" in name or "attention.position." in name
+            if parameter.dim() < 2 or name in ("cls_token", "dist_token") or "positions" in name or "attention.position." in name
         }
 
     def _check(self, images: Tensor) -> None:
@@ -140,6 +165,11 @@ def _resample_position_parameters(module: ViT, state_dict: dict[str, Any], prefi
         ):
             size = new_grid[0] if name.endswith("rows") else new_grid[1]
             state_dict[name] = resample_offset_table(state_dict[name], size)
+
+
+def _head(config: ViTConfig) -> nn.Module:
+    """A linear classifier over ``dim`` features, or the identity for a features-only model (0 classes)."""
+    return nn.Linear(config.dim, config.num_classes) if config.num_classes > 0 else nn.Identity()
 
 
 def _conv_stem(channels: int, widths: tuple[int, ...], stride: int = 1) -> nn.Sequential | None:

@@ -98,3 +98,21 @@ def test_unsupported_timm_variants_are_refused_by_name(options, message):
 def test_heads_must_be_given_when_the_name_does_not_tell():
     with pytest.raises(ValueError, match="pass num_heads"):
         timm_vit_config(_timm_vit().state_dict(), model_name="my_vit")
+
+
+def test_a_converted_deit_distilled_vit_gives_timm_s_two_heads_and_their_mean():
+    torch.manual_seed(0)
+    reference = timm.models.deit.VisionTransformerDistilled(img_size=32, **SIZES)
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    model = load_timm_vit(reference.state_dict(), model_name="deit_tiny_distilled_patch16_224")  # 3 heads by name
+    assert model.config.num_heads == 3 and model.config.distillation_token and model.num_prefix_tokens == 2 and model.config.grid_size == (4, 4)
+    images = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (reference.eval()(images) - model(images)).abs().max() < 1e-4  # inference: the mean of the heads
+        reference.set_distilled_training(True)
+        class_logits, distilled_logits = reference.train()(images)  # distilled training: each head apart
+        ours = model.forward_heads(images)
+    assert (class_logits - ours[0]).abs().max() < 1e-4 and (distilled_logits - ours[1]).abs().max() < 1e-4
+    assert (ours[0] - ours[1]).abs().max() > 1e-2  # two different heads

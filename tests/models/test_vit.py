@@ -53,10 +53,11 @@ def test_pooling_and_feature_shapes(position):
     torch.testing.assert_close(with_cls.forward_head(with_cls.forward_features(images)), with_cls(images))
 
 
+@pytest.mark.parametrize("distillation_token", [False, True])
 @pytest.mark.parametrize("position", ["learned", "relative2d"])
-def test_class_token_shortcut_gives_the_full_model_logits_and_gradients(position):
+def test_class_token_shortcut_gives_the_full_model_logits_and_gradients(position, distillation_token):
     torch.manual_seed(0)
-    model = ViT(micro(position=position, pooling="cls"))
+    model = ViT(micro(position=position, pooling="cls", distillation_token=distillation_token))
     with torch.no_grad():  # make the prefix scalars and every other parameter matter
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.1)
@@ -186,8 +187,8 @@ def test_conv_stem_survives_a_model_folder(tmp_path):
 
 
 def test_weight_decay_skips_tokens_positions_norms_and_biases():
-    skip = ViT(micro(position="relative2d")).no_weight_decay() | ViT(micro()).no_weight_decay()
-    assert {"cls_token", "encoder.positions.weight", "encoder.norm.weight", "head.bias"} <= skip
+    skip = ViT(micro(position="relative2d")).no_weight_decay() | ViT(micro(distillation_token=True)).no_weight_decay()
+    assert {"cls_token", "dist_token", "encoder.positions.weight", "encoder.norm.weight", "head.bias", "head_dist.bias"} <= skip
     assert "encoder.blocks.0.attention.position.rows" in skip
     assert "encoder.blocks.0.attention.to_qkv.weight" not in skip and "patch_embed.weight" not in skip
 
@@ -198,5 +199,9 @@ def test_wrong_inputs_and_sizes_say_how_to_fix():
         model(torch.rand(2, 3, 8, 8))
     with pytest.raises(ValueError, match="not a multiple of patch_size=3"):
         micro(patch_size=3)
+    with pytest.raises(ValueError, match="distillation_token needs pooling='cls'"):
+        micro(pooling="mean", distillation_token=True)
+    with pytest.raises(ValueError, match="forward_heads needs a ViT with a distillation token"):
+        model.forward_heads(torch.rand(2, 1, 8, 8))
     with pytest.raises(ValueError, match="unknown ViT preset"):
         ViTConfig.from_preset("huge")

@@ -167,6 +167,28 @@ def test_a_vit_follows_a_cnn_teacher_that_is_neither_trained_nor_saved(teacher, 
     assert load_task(folder).task.distillation is None
 
 
+def test_with_a_distillation_token_the_labels_teach_the_class_head_and_the_teacher_the_other(teacher):
+    teacher_model = load_task(teacher).task.model
+    config = ViTConfig(num_classes=10, image_size=8, channels=teacher_model.config.channels, dim=16, num_heads=2,
+                       num_layers=2, ff_dim=16, patch_size=4, distillation_token=True)  # fmt: skip
+    task = ImageClassification(config, label_smoothing=0.1, distillation={"teacher": str(teacher), "temperature": 2.0})
+    task.setup("fit")
+    images, labels = torch.rand(6, config.channels, 8, 8), torch.arange(6)
+    with pytest.warns(UserWarning, match="self.log"):  # no trainer attached
+        loss = task.training_step((images, labels), 0)
+    with torch.no_grad():  # each head read off the full encoder's output (no last-block shortcut)
+        features = task.model.forward_features(images)
+        class_logits, distilled_logits = task.model.head(features[:, 0]), task.model.head_dist(features[:, 1])
+        teacher_logits = teacher_model(images)
+    label_loss = torch.nn.functional.cross_entropy(class_logits, labels, label_smoothing=0.1).item()
+    assert loss.item() == pytest.approx(_naive_loss(distilled_logits, teacher_logits, label_loss, 0.5, "soft", 2.0), rel=1e-5)
+    mean = (class_logits + distilled_logits) / 2  # what the model classifies with, and what one head would be trained on
+    torch.testing.assert_close(task.model(images).detach(), mean, atol=1e-5, rtol=0)
+    one_head = _naive_loss(mean, teacher_logits, torch.nn.functional.cross_entropy(mean, labels, label_smoothing=0.1).item(),
+                           0.5, "soft", 2.0)  # fmt: skip
+    assert loss.item() != pytest.approx(one_head, rel=1e-3)
+
+
 def test_a_teacher_that_is_missing_or_has_other_classes_ends_the_run_in_one_line(teacher, tmp_path, capsys, monkeypatch):
     with pytest.raises(ValueError, match="the teacher has 10 classes, the student 4"):
         load_teacher(str(teacher), ConvNetConfig(num_classes=4, image_size=8))
