@@ -8,8 +8,9 @@ except the number of heads, which no shape shows — it comes from ``num_heads``
 Supported: the classic ViT of timm's ``VisionTransformer`` — class token, ``pos_embed`` covering
 it, pre-norm blocks with ``qkv`` bias, exact GELU, final ``norm``, linear ``head`` on the class
 token — and DeiT's distilled ViT (``VisionTransformerDistilled``: ``dist_token`` after the class
-token, ``head_dist``; our ``distillation_token``). Variants with layer scale (``ls1``), qk-norm, register tokens, average pooling with
-``fc_norm`` or no class token in ``pos_embed`` compute something else and are refused by name.
+token, ``head_dist``; our ``distillation_token``). Variants with layer scale (``ls1``), qk-norm,
+register tokens, average pooling with ``fc_norm`` or no class token in ``pos_embed`` compute
+something else and are refused by name.
 
 ==================================  =============================================
 timm                                 ours
