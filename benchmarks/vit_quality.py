@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="digits, fashion: config overrides for every training run, e.g. trainer.max_epochs=20")
     parser.add_argument("--out", type=Path, default=None, help="default: outputs/vit_<section>.jsonl")
+    parser.add_argument("--save-weights", type=Path, default=None, metavar="FOLDER",
+                        help="fashion: keep each run's final checkpoint as FOLDER/<recipe>-seed<N>.ckpt")
     parser.add_argument("--table", action="store_true", help="digits: print the tables of --out and stop")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -202,6 +204,7 @@ OPTIONS: dict[str, dict] = {
     "distill": {"teacher": {"configs": ["image_classification_fashion_mnist_cnn.yaml"], "minutes": 3.0}},
     "hard distill": {"teacher": {"configs": ["image_classification_fashion_mnist_cnn.yaml"], "minutes": 3.0},
                      "args": ["--model.init_args.distillation.kind=hard"]},
+    "tta": {"args": ["--model.init_args.test_time_flip=true"]},
 }  # fmt: skip
 """The ViT training-recipe options (docs/image_classification.md), at DeiT's settings where it has one:
 augmentation appended to the config's list (training images only), MixUp 0.8 / CutMix 1.0 (one of the
@@ -209,7 +212,9 @@ two per batch), stochastic depth 0.1, an EMA of the weights (decay 0.999) that t
 ``flip crop`` is the Fashion-MNIST config's suggestion for long runs (a horizontal flip, a 2-pixel-padded
 random crop); ``flip`` is the flip alone. ``distill`` (soft, DeiT's alpha 0.5) and ``hard distill`` first train
 the teacher of ``configs/image_classification_fashion_mnist_cnn.yaml`` for its ``minutes``, which count in the
-run's budget: the ViT then trains for the rest (:func:`recipe_teacher`)."""
+run's budget: the ViT then trains for the rest (:func:`recipe_teacher`). ``tta`` scores validation and
+test images with their left-right mirrors (``test_time_flip``); its rows also hold ``val_acc_single``, the
+same weights scored on the images alone."""
 
 
 def recipe_arguments(configs: list[str], recipe: str) -> list[str]:
@@ -289,6 +294,9 @@ def fashion_protocol(args: argparse.Namespace) -> None:
                 extra.append(_max_time(budget))
                 job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
                        "test": args.stage == "report", "extra": extra}  # fmt: skip
+                if args.save_weights is not None:
+                    args.save_weights.mkdir(parents=True, exist_ok=True)
+                    job["save"] = str(args.save_weights / f"{name.replace(' ', '_')}-seed{seed}.ckpt")
                 row |= _run(job)
             record(args.out, row, args.stage)
             print(json.dumps(row), flush=True)
@@ -394,6 +402,11 @@ def train_worker(
             cli.trainer.save_checkpoint(save)
         val = cli.trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
         scores = {"val_acc": val["val_acc"]}
+        if getattr(cli.model, "test_time_flip", False):  # what the mirrors bought, on validation only
+            cli.model.test_time_flip = False
+            single = cli.trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+            scores["val_acc_single"] = single["val_acc"]
+            cli.model.test_time_flip = True
         if test:
             scores["test_acc"] = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]["test_acc"]
     batches = cli.trainer.global_step

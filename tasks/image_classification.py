@@ -9,6 +9,7 @@ validation epoch leaves a confusion-matrix PNG next to the logs.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -79,6 +80,10 @@ class ImageClassification(Task):
             gradients and is not saved with the student. Its logits are remembered per distinct image
             (up to ``remembered_teacher_images``), so unaugmented training images reach it once, not
             every epoch. None (default): off.
+        test_time_flip: Score validation, test and prediction images by both the image and its
+            left-right mirror: the mean of the two softmax outputs (test-time augmentation, at twice
+            the evaluation cost; :meth:`evaluation_logits`). For models trained with a horizontal
+            flip. False (default): the image alone.
     """
 
     config_class = ViTConfig
@@ -104,6 +109,7 @@ class ImageClassification(Task):
         finetune: FineTuneConfig | None = None,
         compile: bool = False,
         distillation: DistillationConfig | None = None,
+        test_time_flip: bool = False,
     ) -> None:
         class_names = None if class_names is None else list(class_names)
         distillation = DistillationConfig.parse(distillation)
@@ -126,12 +132,24 @@ class ImageClassification(Task):
         self.confusion = torch.nn.ModuleDict({
             stage: MulticlassConfusionMatrix(classes) for stage in ("val", "test")
         })  # fmt: skip
-        self.distillation = distillation
+        self.distillation, self.test_time_flip = distillation, test_time_flip
         self._teacher: tuple[RememberingTeacher, ...] = ()  # in a tuple: not a submodule, so neither trained nor saved
 
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(batch, num_classes)`` of images ``(batch, channels, height, width)``."""
         return self.model(images)
+
+    def evaluation_logits(self, images: Tensor) -> Tensor:
+        """Float32 logits ``(batch, num_classes)`` that validation, test and predict score.
+
+        With ``test_time_flip`` they are the log of the mean of the softmax outputs of each image and
+        its left-right mirror (one forward of the doubled batch): log-probabilities of the two views'
+        ensemble, so cross-entropy on them is its loss. Images: ``(batch, channels, height, width)``.
+        """
+        if not self.test_time_flip:
+            return self.model(images).float()
+        both = self.model(torch.cat([images, images.flip(-1)])).float().log_softmax(-1)
+        return torch.logaddexp(*both.chunk(2)) - math.log(2)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         images, labels = batch
@@ -172,7 +190,7 @@ class ImageClassification(Task):
 
     def _evaluate(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
         images, labels = batch
-        logits = self.model(images).float()
+        logits = self.evaluation_logits(images)
         self.mean_loss[stage].update(F.cross_entropy(logits, labels), weight=len(labels))
         self.log(f"{stage}_loss", self.mean_loss[stage], prog_bar=stage == "val")
         for name in ("acc", "top5"):
@@ -203,7 +221,7 @@ class ImageClassification(Task):
         if batch is None:  # every file of the batch was unreadable
             return None
         images, names = batch
-        probability, prediction = torch.softmax(self.model(images).float(), dim=-1).max(dim=-1)
+        probability, prediction = torch.softmax(self.evaluation_logits(images), dim=-1).max(dim=-1)
         return {"file": list(names), "prediction": prediction.cpu(), "probability": probability.cpu()}
 
     def configure_callbacks(self) -> list[pl.Callback]:

@@ -228,3 +228,27 @@ def test_training_step_mixes_the_batch_and_takes_the_loss_on_soft_targets(option
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     hard = torch.nn.functional.cross_entropy(task.model(images), labels, label_smoothing=0.1)
     assert loss.item() != pytest.approx(hard.item(), rel=1e-4)  # what an unmixed step would give
+
+
+def test_test_time_flip_scores_the_mean_softmax_of_each_image_and_its_mirror():
+    torch.manual_seed(0)
+    task = ImageClassification(_TINY_VIT, test_time_flip=True).eval()
+    with torch.no_grad():
+        for parameter in task.model.parameters():
+            parameter.mul_(3)  # larger weights: answers that vary by image and by view
+    images = torch.randn(64, 1, 8, 8)
+    with torch.no_grad():  # the two views one at a time, each image's columns reversed by indexing
+        alone = task.model(images).softmax(-1)
+        mirrored = task.model(images[..., torch.arange(7, -1, -1)]).softmax(-1)
+        ensemble = ((alone + mirrored) / 2).log()
+        scored = task.evaluation_logits(images)
+    torch.testing.assert_close(scored, ensemble, atol=1e-5, rtol=1e-5)
+    labels = ensemble.argmax(-1)  # the ensemble's answers: validation must score 1.0 against them
+    assert (alone.argmax(-1) != labels).any()  # where the image alone answers otherwise
+    with pytest.warns(UserWarning, match="self.log"):  # no trainer attached
+        task.validation_step((images, labels), 0)
+    assert task.metrics["val_acc"].compute().item() == 1.0
+    expected_loss = torch.nn.functional.nll_loss(ensemble, labels)  # the ensemble's own loss
+    assert task.mean_loss["val"].compute().item() == pytest.approx(expected_loss.item(), rel=1e-5)
+    task.test_time_flip = False  # off: the image alone, as before
+    torch.testing.assert_close(task.evaluation_logits(images), task.model(images).detach())
