@@ -12,6 +12,7 @@ from PIL import Image
 from multimodal.data.fetch import DatasetNotFoundError, default_cache_dir
 from tasks.checkpoint import load_task
 from tasks.cli import MultimodalCLI, main, task_class_from_args
+from tasks.commands.export import export_model_folder
 from tasks.datamodules import ImageClassificationDataModule
 from tasks.image_classification import ImageClassification
 
@@ -252,3 +253,20 @@ def test_test_time_flip_scores_the_mean_softmax_of_each_image_and_its_mirror():
     assert task.mean_loss["val"].compute().item() == pytest.approx(expected_loss.item(), rel=1e-5)
     task.test_time_flip = False  # off: the image alone, as before
     torch.testing.assert_close(task.evaluation_logits(images), task.model(images).detach())
+
+
+def test_test_time_flip_is_saved_with_the_task_and_its_exported_folder(vit_args, tmp_path):
+    cli = MultimodalCLI([*vit_args, "--model.init_args.test_time_flip=true", "--trainer.limit_val_batches=0"],
+                        data_links=ImageClassification.data_links, run=False)  # fmt: skip
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    saved = tmp_path / "flip.ckpt"
+    cli.trainer.save_checkpoint(saved)
+    reloaded = load_task(saved).task.eval()
+    rebuilt = load_task(export_model_folder(saved, tmp_path / "model")).task.eval()
+    assert reloaded.test_time_flip is True and rebuilt.test_time_flip is True
+    images = torch.stack([cli.datamodule.split("test")[i][0] for i in range(8)])
+    with torch.no_grad():  # the two views of the trained weights, one at a time
+        trained = cli.model.eval().model
+        ensemble = ((trained(images).softmax(-1) + trained(images.flip(-1)).softmax(-1)) / 2).log()
+        torch.testing.assert_close(reloaded.evaluation_logits(images), ensemble, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rebuilt.evaluation_logits(images), ensemble, atol=1e-5, rtol=1e-5)
