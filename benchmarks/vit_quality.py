@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def main() -> None:
                         help="digits, fashion: config overrides for every training run, e.g. trainer.max_epochs=20")
     parser.add_argument("--out", type=Path, default=None, help="default: outputs/vit_<section>.jsonl")
     parser.add_argument("--save-weights", type=Path, default=None, metavar="FOLDER",
-                        help="fashion: keep each run's final checkpoint as FOLDER/<recipe>-seed<N>.ckpt")
+                        help="fashion: keep each run's final checkpoint as FOLDER/<recipe, teacher, --set>-seed<N>.ckpt; "
+                             "a file already there stops the benchmark before it trains")
     parser.add_argument("--table", action="store_true", help="digits: print the tables of --out and stop")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -277,30 +279,52 @@ def fashion_protocol(args: argparse.Namespace) -> None:
     """Recipes scored on the validation images at a short budget, or the chosen one over seeds (test once)."""
     _check_recipes(args)
     seeds = args.seeds[:1] if args.stage == "select" else args.seeds
-    for seed in seeds:
-        for name in args.recipes:
-            extra = recipe_arguments(FASHION_CONFIGS, name) + _overrides(args.set)
-            budget = args.budget if args.stage == "select" else args.report_budget
-            overrides = {"set": args.set} if args.set else {}
-            row = {"recipe": name, "seed": seed, "budget_minutes": budget, **overrides}
-            with tempfile.TemporaryDirectory() as folder:
-                teacher = recipe_teacher(name)
-                if teacher is not None:  # trained first, inside the budget
-                    minutes = args.teacher_minutes if args.teacher_minutes is not None else teacher["minutes"]
-                    path = Path(folder) / "teacher.ckpt"
-                    row |= train_teacher(teacher["configs"], minutes, seed, args.threads, path)
-                    extra.append(f"--model.init_args.distillation.teacher={path}")
-                    budget -= minutes
-                extra.append(_max_time(budget))
-                job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
-                       "test": args.stage == "report", "extra": extra}  # fmt: skip
-                if args.save_weights is not None:
-                    args.save_weights.mkdir(parents=True, exist_ok=True)
-                    job["save"] = str(args.save_weights / f"{name.replace(' ', '_')}-seed{seed}.ckpt")
-                row |= _run(job)
-            record(args.out, row, args.stage)
-            print(json.dumps(row), flush=True)
+    runs = [fashion_row(args, name, seed) for seed in seeds for name in args.recipes]
+    # every run's file is checked before the first run starts, not half-way through a report
+    kept = [None if args.save_weights is None else weights_path(args.save_weights, row) for row in runs]
+    for row, weights in zip(runs, kept, strict=True):
+        name, seed, budget = row["recipe"], row["seed"], row["budget_minutes"]
+        extra = recipe_arguments(FASHION_CONFIGS, name) + _overrides(args.set)
+        with tempfile.TemporaryDirectory() as folder:
+            teacher = recipe_teacher(name)
+            if teacher is not None:  # trained first, inside the budget
+                path = Path(folder) / "teacher.ckpt"
+                row |= train_teacher(teacher["configs"], row["teacher_minutes"], seed, args.threads, path)
+                extra.append(f"--model.init_args.distillation.teacher={path}")
+                budget -= row["teacher_minutes"]
+            extra.append(_max_time(budget))
+            job = {**_train_job(FASHION_CONFIGS, "learned", args.threads), "seed": seed,
+                   "test": args.stage == "report", "extra": extra}  # fmt: skip
+            if weights is not None:
+                job["save"] = str(weights)
+            row |= _run(job)
+        record(args.out, row, args.stage)
+        print(json.dumps(row), flush=True)
     print(fashion_protocol_tables(load(args.out)))
+
+
+def fashion_row(args: argparse.Namespace, name: str, seed: int) -> dict:
+    """A Fashion-MNIST run's result row before it runs: recipe, seed, minutes, ``--set`` overrides and, for a
+    distilling recipe, its teacher's minutes (``--teacher-minutes`` or the recipe's)."""
+    row = {"recipe": name, "seed": seed, "budget_minutes": args.budget if args.stage == "select" else args.report_budget}
+    if args.set:
+        row["set"] = args.set
+    teacher = recipe_teacher(name)
+    if teacher is not None:
+        row["teacher_minutes"] = args.teacher_minutes if args.teacher_minutes is not None else teacher["minutes"]
+    return row
+
+
+def weights_path(folder: Path, row: dict) -> Path:
+    """Where ``--save-weights`` keeps a run's final checkpoint: ``folder/<recipe label>-seed<N>.ckpt``, named by
+    everything :func:`recipe_label` tells apart (recipe, teacher minutes, ``--set`` overrides), so runs of one
+    recipe with other settings do not share a file. A file already there is refused before any run, not replaced."""
+    label = re.sub(r"[^A-Za-z0-9.,=+-]+", "_", recipe_label(row)).strip("_")
+    path = folder / f"{label}-seed{row['seed']}.ckpt"
+    if path.exists():
+        raise SystemExit(f"error: --save-weights: {path} exists (kept by an earlier run); name another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def recipe_label(row: dict) -> str:

@@ -119,6 +119,23 @@ def test_vit_fashion_table_keeps_apart_runs_of_one_recipe_with_different_overrid
                      "| conv stem 16, trainer.max_epochs=3 | 30.0 | 0.7000 | 40.00 | 1000 |"]  # fmt: skip
 
 
+def test_vit_fashion_keeps_each_runs_weights_in_a_file_of_its_own_and_never_replaces_one(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vit_quality
+
+    folder = tmp_path / "weights"
+    row = {"recipe": "conv stem 16+distill", "seed": 1, "teacher_minutes": 3.0}
+    first = vit_quality.weights_path(folder, row)
+    others = [vit_quality.weights_path(folder, changed) for changed in ({**row, "seed": 2}, {**row, "teacher_minutes": 5.0},
+              {**row, "set": ['data.init_args.augmentation=[{"name": "RandomCrop", "padding": 1}]']})]  # fmt: skip
+    assert folder.is_dir() and first.parent == folder and len({first, *others}) == 4
+    assert all(path.parent == folder and " " not in path.name and '"' not in path.name for path in others)
+    first.write_bytes(b"an earlier run")
+    with pytest.raises(SystemExit, match="--save-weights: .* exists"):
+        vit_quality.weights_path(folder, row)
+    assert first.read_bytes() == b"an earlier run"
+
+
 def test_vit_fashion_report_keeps_apart_students_of_teachers_trained_for_different_minutes():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import vit_quality
