@@ -282,6 +282,11 @@ def fashion_protocol(args: argparse.Namespace) -> None:
     runs = [fashion_row(args, name, seed) for seed in seeds for name in args.recipes]
     # every run's file is checked before the first run starts, not half-way through a report
     kept = [None if args.save_weights is None else weights_path(args.save_weights, row) for row in runs]
+    if args.save_weights is not None:
+        if len(set(kept)) < len(kept):
+            raise SystemExit("error: --save-weights: two runs here would keep their weights in one file; "
+                             "name each recipe and seed once")
+        args.save_weights.mkdir(parents=True, exist_ok=True)
     for row, weights in zip(runs, kept, strict=True):
         name, seed, budget = row["recipe"], row["seed"], row["budget_minutes"]
         extra = recipe_arguments(FASHION_CONFIGS, name) + _overrides(args.set)
@@ -323,7 +328,6 @@ def weights_path(folder: Path, row: dict) -> Path:
     path = folder / f"{label}-seed{row['seed']}.ckpt"
     if path.exists():
         raise SystemExit(f"error: --save-weights: {path} exists (kept by an earlier run); name another folder")
-    folder.mkdir(parents=True, exist_ok=True)
     return path
 
 

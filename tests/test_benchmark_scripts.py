@@ -128,12 +128,19 @@ def test_vit_fashion_keeps_each_runs_weights_in_a_file_of_its_own_and_never_repl
     first = vit_quality.weights_path(folder, row)
     others = [vit_quality.weights_path(folder, changed) for changed in ({**row, "seed": 2}, {**row, "teacher_minutes": 5.0},
               {**row, "set": ['data.init_args.augmentation=[{"name": "RandomCrop", "padding": 1}]']})]  # fmt: skip
-    assert folder.is_dir() and first.parent == folder and len({first, *others}) == 4
+    assert first.parent == folder and len({first, *others}) == 4
     assert all(path.parent == folder and " " not in path.name and '"' not in path.name for path in others)
+    folder.mkdir()
     first.write_bytes(b"an earlier run")
     with pytest.raises(SystemExit, match="--save-weights: .* exists"):
         vit_quality.weights_path(folder, row)
     assert first.read_bytes() == b"an earlier run"
+    twice = ["--sections", "fashion", "--recipes", "shipped", "shipped", "--save-weights", str(tmp_path / "new"),
+             "--out", str(tmp_path / "rows.jsonl")]  # fmt: skip
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vit_quality.py"), *twice], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode != 0 and "error: --save-weights: two runs" in done.stderr
+    assert not (tmp_path / "rows.jsonl").exists() and not (tmp_path / "new").exists()
 
 
 def test_vit_fashion_report_keeps_apart_students_of_teachers_trained_for_different_minutes():
