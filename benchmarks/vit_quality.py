@@ -280,9 +280,9 @@ def fashion_protocol(args: argparse.Namespace) -> None:
     _check_recipes(args)
     seeds = args.seeds[:1] if args.stage == "select" else args.seeds
     runs = [fashion_row(args, name, seed) for seed in seeds for name in args.recipes]
-    # every run's file is checked before the first run starts, not half-way through a report
-    kept = [None if args.save_weights is None else weights_path(args.save_weights, row) for row in runs]
-    if args.save_weights is not None:
+    kept: list[Path | None] = [None] * len(runs)
+    if args.save_weights is not None:  # every run's file is cleared before the first run, not half-way through a report
+        kept = [weights_path(args.save_weights, row) for row in runs]
         if len(set(kept)) < len(kept):
             raise SystemExit("error: --save-weights: two runs here would keep their weights in one file; "
                              "name each recipe and seed once")
