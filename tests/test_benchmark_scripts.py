@@ -1,4 +1,8 @@
-"""Benchmark scripts still run end to end: a tiny-size run of each, through its command line."""
+"""Benchmark scripts still run end to end: a tiny-size run of each, through its command line.
+
+The scripts run inside the test process (``in_process.run_script``: the same arguments, exit status and
+printed text) so each run does not pay a fresh interpreter's ~7 s of imports; the trainings some scripts
+start are still processes of their own."""
 
 import json
 import math
@@ -10,13 +14,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _call(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS...`` (the command as a list) run in this process, with the given environment."""
+    python, script, *args = command
+    assert python == sys.executable
+    return run_script(Path(script), *args, env=env)
+
+
 def _run(script: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = _call([sys.executable, str(ROOT / "benchmarks" / script), *args])
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -137,8 +148,7 @@ def test_vit_fashion_keeps_each_runs_weights_in_a_file_of_its_own_and_never_repl
     assert first.read_bytes() == b"an earlier run"
     twice = ["--sections", "fashion", "--recipes", "shipped", "shipped", "--save-weights", str(tmp_path / "new"),
              "--out", str(tmp_path / "rows.jsonl")]  # fmt: skip
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vit_quality.py"), *twice], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = _call([sys.executable, str(ROOT / "benchmarks" / "vit_quality.py"), *twice])
     assert done.returncode != 0 and "error: --save-weights: two runs" in done.stderr
     assert not (tmp_path / "rows.jsonl").exists() and not (tmp_path / "new").exists()
 
@@ -216,8 +226,8 @@ def test_super_resolution_scores_validation_photos_in_select_and_test_photos_in_
 
     # The picture needs both report runs' weights: refused before the Transformer's exist, drawn after.
     picture = tmp_path / "four.png"
-    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "super_resolution.py"), *tiny, "--stage",
-                              "picture", "--picture", str(picture)], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    refused = _call([sys.executable, str(ROOT / "benchmarks" / "super_resolution.py"), *tiny, "--stage",
+                     "picture", "--picture", str(picture)])  # fmt: skip
     assert refused.returncode != 0 and "transformer" in refused.stderr and not picture.exists()
     _run("super_resolution.py", *tiny, "--stage", "report", "--models", "transformer")
     _run("super_resolution.py", *tiny, "--stage", "picture", "--picture", str(picture))
@@ -243,8 +253,8 @@ def test_music_quality_selects_on_validation_and_reports_test(tmp_path):
 
 @pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def test_music_demo_sweep_reports_the_chosen_candidate_on_the_test_pieces(tmp_path):
-    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "music_demo_sweep.py"), "--stage", "report",
-                              "--candidates", "3x128", "2x128-lr2e-3"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    refused = _call([sys.executable, str(ROOT / "benchmarks" / "music_demo_sweep.py"), "--stage", "report",
+                     "--candidates", "3x128", "2x128-lr2e-3"])  # fmt: skip
     assert refused.returncode == 2 and "the one candidate" in refused.stderr
     table = _run("music_demo_sweep.py", "--stage", "report", "--candidates", "2x128-duration-lr3e-3",
                  "--minutes", "0.05", "--out", str(tmp_path))  # fmt: skip
@@ -294,7 +304,6 @@ def test_length_extrapolation_scores_every_scheme_at_every_length(tmp_path):
     assert all(math.isfinite(r["nll@1x"]) and math.isfinite(r["nll@2x"]) for r in rows)
 
 
-@pytest.mark.slow  # 40-80 s each on 2 cores: `make test-all` runs them
 def small_corpus(tmp_path: Path, chorales: list[str]) -> dict[str, str]:
     """A music21 corpus folder of the named Bach chorales and three Monteverdi madrigals (real pieces, copied
     from the wheel); returns the environment that points the package at it (and at a fresh cache)."""
@@ -317,7 +326,7 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
             "24", "--per-key", "1", "--per-style", "2", "--pieces", "1", "--seeds", "0", "--root",
             str(tmp_path / "runs"), "--out", str(out),
             "--set", "--data.init_args.collections=[bach,monteverdi]"]  # fmt: skip
-    done = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = _call(tiny, env)
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = _rows(out)
     assert row["key_samples"] == 24 and 0 <= row["key_accuracy"] <= 1 and 0 <= row["key_baseline_accuracy"] <= 1
@@ -325,15 +334,14 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     assert set(row["overlaps"]) == {"bach", "monteverdi"}
     assert all(0 <= value["duration"] <= 1 for value in row["overlaps"].values())
     assert math.isfinite(row["test_nats_per_note"]) and row["test_pieces"] == 2  # bwv175.7 has six parts: left out
-    again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    again = _call(tiny, env)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| key_accuracy |" in again.stdout
     # --guidance: the trained model again, without and with classifier-free guidance
     checkpoints = tmp_path / "runs" / "lightning_logs" / "seed0" / "checkpoints"
     model = next(path for path in (checkpoints / "best.ckpt", checkpoints / "last.ckpt") if path.is_file())
-    guided = subprocess.run([*tiny[:-2], "--guidance", "--model", str(model), "--scales", "1", "3", "--threads", "1",
-                             "--key-emphasis", "0", "30"], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
+    guided = _call([*tiny[:-2], "--guidance", "--model", str(model), "--scales", "1", "3", "--threads", "1",
+                    "--key-emphasis", "0", "30"], env)  # fmt: skip
     assert guided.returncode == 0, guided.stderr[-3000:]
     rows = [row for row in _rows(out) if "guidance_scale" in row]
     assert sorted((row["guidance_scale"], row["key_emphasis"]) for row in rows) == [(1, 0), (1, 30), (3, 0), (3, 30)]
@@ -343,8 +351,7 @@ def test_music_direction_measures_keys_styles_and_quality_and_skips_a_finished_s
     # 30 nats on the tonic triad: every note the key samples write is in it (where they write any)
     assert all(row["tonic_triad_share"] == 1 for row in rows if row["key_emphasis"] == 30 and row["tonic_triad_share"] == row["tonic_triad_share"])
     assert "| select | " in guided.stdout
-    ceiling = subprocess.run([*tiny[:-2], "--real-ceiling", "--model", str(model), "--pieces", "1"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    ceiling = _call([*tiny[:-2], "--real-ceiling", "--model", str(model), "--pieces", "1"], env)
     assert ceiling.returncode == 0, ceiling.stderr[-3000:]
     assert "| bach |" in ceiling.stdout and "1 vs 1 real" in ceiling.stdout
 
@@ -358,7 +365,7 @@ def test_harmonizer_trains_every_kind_per_seed_scores_the_same_lower_voices_and_
     tiny = [sys.executable, str(ROOT / "benchmarks" / "harmonizer.py"), "--tiny", "--steps", "2", "--batch-size", "2",
             "--seeds", "0", "--stage", "report", "--max-given", "64", "--out", str(out),
             "--kinds", "alone", "harmonizer", "sight", "sight+harmonizer"]  # fmt: skip
-    done = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = _call(tiny, env)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = _rows(out)
     assert [row["kind"] for row in rows] == ["alone", "harmonizer", "sight", "sight+harmonizer"]
@@ -367,7 +374,7 @@ def test_harmonizer_trains_every_kind_per_seed_scores_the_same_lower_voices_and_
     for row in rows:
         assert 0 < row["decoder_nats_per_note"] < row["nats_per_note"] < 50
     assert "| report (tiny) | 2 | sight+harmonizer | 1 |" in done.stdout
-    again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    again = _call(tiny, env)
     assert again.returncode == 0 and "harmonizer seed 0: already in" in again.stdout and len(_rows(out)) == 4
 
 
@@ -379,7 +386,7 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     tiny = [sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--tiny", "--steps", "2", "--seeds", "0",
             "--min-seconds", "4", "--span", "2", "--root", str(tmp_path / "runs"), "--out", str(out),
             "--set", "--data.init_args.collections=[bach,monteverdi]", "--data.init_args.collection_shares=null"]  # fmt: skip
-    done = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = _call(tiny, env)
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = _rows(out)
     assert row["chorales"] >= 1 and row["harmony_notes"] > 0 and row["spans"] >= 1 and row["span_notes"] > 0
@@ -399,14 +406,14 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
         parts = (early * row[f"infill_{side}_early_decoder_nats_per_note"]
                  + late * row[f"infill_{side}_late_decoder_nats_per_note"])  # fmt: skip
         assert parts == pytest.approx(row["span_notes"] * row[f"infill_{side}_decoder_nats_per_note"], rel=1e-9)
-    again = subprocess.run(tiny, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    again = _call(tiny, env)
     assert "seed 0: already in" in again.stdout and len(_rows(out)) == 1
     assert "| harmonization: alto, tenor, bass, as the decoder writes them" in again.stdout
     # the issue's baseline, an unconditioned model: other settings, trained in a folder of their own (not the
     # finished run measured again), and paired with the first run in the table
     unconditioned = ["--data.init_args.given_notes.given_share=0.0", "--data.init_args.given_notes.infill_share=0.0",
                      "--data.init_args.given_notes.part_drop_share=0.5"]  # fmt: skip
-    other = subprocess.run([*tiny, *unconditioned], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    other = _call([*tiny, *unconditioned], env)
     assert other.returncode == 0, other.stderr[-3000:]
     rows = _rows(out)
     assert len(rows) == 2 and rows[1]["checkpoint"] != row["checkpoint"] and (ROOT / rows[1]["checkpoint"]).is_file()
@@ -414,8 +421,7 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     cut = 1 - row["harmonization_at_onsets_decoder_nats_per_note"] / rows[1]["harmonization_alone_decoder_nats_per_note"]
     assert paired.split("|")[-2].strip() == f"{cut:.3f}"
     assert "| harmonization, the soprano at its onsets and read ahead in blocks" in again.stdout
-    split = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--by-kind", row["checkpoint"]],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    split = _call([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--by-kind", row["checkpoint"]], env)
     assert split.returncode == 0, split.stderr[-3000:]
     kinds = json.loads(split.stdout.strip().splitlines()[-1])
     assert kinds["lower_notes"] == row["harmony_notes"]
@@ -423,8 +429,7 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
         assert kinds[f"{case}_shifts"] >= 0 and kinds[f"{case}_other_ids"] > 0
     total = kinds["ahead_shifts"] + kinds["ahead_other_ids"]
     assert total == pytest.approx(row["harmonization_given_decoder_nats_per_note"], abs=2e-3)
-    seams = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--after-block",
-                            row["checkpoint"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    seams = _call([sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--after-block", row["checkpoint"]], env)
     assert seams.returncode == 0, seams.stderr[-3000:]
     bins = [value for key, value in json.loads(seams.stdout.strip().splitlines()[-1]).items() if key.startswith("ids_")]
     assert sum(b["ids"] for b in bins) > 0 and all(b["blocks"] > 0 and b["sight_reading"] > 0 for b in bins if b["ids"])
@@ -432,7 +437,7 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     # against the unconditioned model's lower voices alone
     measure = [sys.executable, str(ROOT / "benchmarks" / "given_notes.py"), "--tiny", "--checkpoint", row["checkpoint"],
                "--min-seconds", "4", "--span", "2", "--out", str(out)]  # fmt: skip
-    first = subprocess.run(measure, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    first = _call(measure, env)
     assert first.returncode == 0, first.stderr[-3000:]
     trained = _rows(out)[-1]
     assert trained["trained"] == row["checkpoint"] and trained["steps"] == 2 and trained["seed"] == 0
@@ -440,9 +445,9 @@ def test_given_notes_fine_tunes_and_scores_harmonization_and_infilling_per_seed(
     assert trained[at_onsets] == pytest.approx(row[at_onsets], rel=1e-6)  # the checkpoint itself, not a new run
     (sight_read,) = [line for line in first.stdout.splitlines() if line.startswith("| sight-read |")]
     assert sight_read.split("|")[-2].strip() == f"{1 - trained[at_onsets] / rows[1][alone]:.3f}"
-    again = subprocess.run(measure, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    again = _call(measure, env)
     assert "already in" in again.stdout and len(_rows(out)) == 3
-    missing = subprocess.run([*measure[:4], str(tmp_path / "none.ckpt")], cwd=ROOT, capture_output=True, text=True)
+    missing = _call([*measure[:4], str(tmp_path / "none.ckpt")])
     assert missing.returncode == 2 and "none.ckpt: no such file" in missing.stderr
 
 

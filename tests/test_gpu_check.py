@@ -1,21 +1,18 @@
 """The GPU check runs end to end (on CPU, tiny sizes): its report has every section and a verdict."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(tmp_path, *args):
+    """The check's command line, run in this process (the tasks it starts are processes of their own)."""
     out = tmp_path / "report.md"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--quick",
-         "--out", str(out), *args],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-    )  # fmt: skip
+    done = run_script(ROOT / "benchmarks" / "gpu_check.py", "--device", "cpu", "--quick", "--out", str(out), *args,
+                      cwd=tmp_path)  # fmt: skip
     return done, out.read_text()
 
 
