@@ -1,8 +1,8 @@
 """Killed and resumed from ``last.ckpt``, a run ends with the weights of a run never interrupted.
 
-Each case trains a tiny config in a subprocess (deterministic mode, CPU, dropout on, augmentation
-on) three ways: straight through; killed with SIGKILL some steps after a checkpoint; and resumed
-with ``--ckpt_path last``. The resumed run must not repeat or skip a batch (the loader's state),
+Each case trains a tiny config in a subprocess (deterministic mode, CPU, one thread, dropout on,
+augmentation on) three ways: straight through and, beside it, killed with SIGKILL some steps after a
+checkpoint; then resumed with ``--ckpt_path last``. The resumed run must not repeat or skip a batch (the loader's state),
 draw other windows or augmentations (the data's draws are functions of (seed, epoch, index), and
 the epoch must be counted right) or other dropout masks (the generators' training stream in the
 checkpoint): its final weights equal the uninterrupted run's bit for bit. The checkpoints come
@@ -40,18 +40,35 @@ CASES = {
 }  # fmt: skip
 
 
-def _fit(configs, root: str, cwd: Path, extra: list[str], expect_killed: bool = False) -> None:
+def _start(configs, root: str, cwd: Path, extra: list[str]) -> tuple[subprocess.Popen, Path]:
+    """Start a fit on one thread under ``cwd/root``, its stderr in a file beside it; :func:`_finish` waits."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "OMP_NUM_THREADS": "1"}
     args = [arg for config in configs for arg in ("--config", str(config))]
-    done = subprocess.run([sys.executable, "-m", "tasks.cli", "fit", *args, "--trainer.default_root_dir", root, *extra],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
-    if expect_killed:
-        assert done.returncode == -9, done.stderr[-3000:]
-    else:
-        assert done.returncode == 0, done.stderr[-3000:]
+    log = cwd / f"{root}.stderr"
+    with log.open("w") as stderr:
+        fit = subprocess.Popen([sys.executable, "-m", "tasks.cli", "fit", *args, "--trainer.default_root_dir", root,
+                                *extra], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+    return fit, log
 
 
-# Two cases run in the fast suite; the other two (40-50 s each) with `make test-all`.
+def _finish(started: tuple[subprocess.Popen, Path], expect_killed: bool = False) -> None:
+    fit, log = started
+    fit.wait(timeout=300)
+    assert fit.returncode == (-9 if expect_killed else 0), log.read_text()[-3000:]
+
+
+def _fit(configs, root: str, cwd: Path, extra: list[str], expect_killed: bool = False) -> None:
+    _finish(_start(configs, root, cwd, extra), expect_killed)
+
+
+def _straight_and_killed(configs, cwd: Path, killer: list[str]) -> None:
+    """The uninterrupted run and the run killed part-way, side by side (one thread each: 2 cores)."""
+    straight = _start(configs, "straight", cwd, [])
+    _fit(configs, "killed", cwd, killer, expect_killed=True)
+    _finish(straight)
+
+
+# Two cases run in the fast suite; the other two (~17 s each with the first two runs side by side): `make test-all`.
 SLOW_CASES = {"music_checkpoint_before_validation", "image_generation"}
 
 
@@ -73,9 +90,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_bit_for_bit(case, tm
     }  # fmt: skip
     (tmp_path / "override.yaml").write_text(yaml.safe_dump(override))
     configs = [*configs, tmp_path / "override.yaml"]
-    _fit(configs, "straight", tmp_path, [])
-    killer = ["--trainer.callbacks+=resume_probe.KillAt", f"--trainer.callbacks.step={kill_step}"]
-    _fit(configs, "killed", tmp_path, killer, expect_killed=True)
+    _straight_and_killed(configs, tmp_path, ["--trainer.callbacks+=resume_probe.KillAt", f"--trainer.callbacks.step={kill_step}"])
     checkpoint = torch.load(tmp_path / "killed/lightning_logs/version_0/checkpoints/last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == kill_step - 1  # a mid-epoch checkpoint: there is something to resume
     _fit(configs, "killed", tmp_path, ["--ckpt_path", "last"])
@@ -112,9 +127,7 @@ def test_a_run_with_the_shipped_checkpoints_and_max_steps_resumes_from_an_epoch_
     }
     (tmp_path / "override.yaml").write_text(yaml.safe_dump(override))
     configs = [*MUSIC_TINY, tmp_path / "override.yaml"]
-    _fit(configs, "straight", tmp_path, [])
-    killer = ["--trainer.callbacks+=resume_probe.KillAt", "--trainer.callbacks.step=5"]
-    _fit(configs, "killed", tmp_path, killer, expect_killed=True)
+    _straight_and_killed(configs, tmp_path, ["--trainer.callbacks+=resume_probe.KillAt", "--trainer.callbacks.step=5"])
     checkpoint = _last(tmp_path, "killed")
     epochs = checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]
     assert checkpoint["global_step"] == 4 and epochs["processed"] == epochs["completed"] + 1 == 2  # at epoch 1's end
@@ -135,11 +148,9 @@ def test_last_ckpt_holds_the_last_step_when_the_monitored_metric_stopped_improvi
                 "trainer": {"max_steps": 7, "max_epochs": -1}}  # fmt: skip
     (tmp_path / "override.yaml").write_text(yaml.safe_dump(override))
     configs = [*MUSIC_TINY, tmp_path / "override.yaml"]
-    _fit(configs, "straight", tmp_path, [])
+    _straight_and_killed(configs, tmp_path, ["--trainer.callbacks+=resume_probe.KillAt", "--trainer.callbacks.step=6"])
     assert _last(tmp_path, "straight", "best")["global_step"] == 2
     assert _last(tmp_path, "straight")["global_step"] == 7
-    _fit(configs, "killed", tmp_path, ["--trainer.callbacks+=resume_probe.KillAt", "--trainer.callbacks.step=6"],
-         expect_killed=True)  # fmt: skip
     assert _last(tmp_path, "killed")["global_step"] == 4
 
 
