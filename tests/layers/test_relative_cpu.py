@@ -114,6 +114,11 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_leaves_the_skew_kernel(mon
 
 @needs_kernel
 def test_a_first_build_in_an_empty_cache_says_so_once_and_gives_the_same_kernel(monkeypatch, tmp_path, capsys):
+    import torch.utils.cpp_extension
+
+    # torch counts the builds of one name in one process (a build elsewhere is version 1, then 2): the count is
+    # put back afterwards, so the next kernel() loads the build in the usual cache instead of compiling anew
+    versions = dict(torch.utils.cpp_extension.JIT_EXTENSION_VERSIONER.entries)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     relative_cpu.kernel.cache_clear()
     try:
@@ -129,4 +134,5 @@ def test_a_first_build_in_an_empty_cache_says_so_once_and_gives_the_same_kernel(
         naive = naive_shaw_attention(q, k, v, table.weight, causal=True, max_distance=16)
         torch.testing.assert_close(out, naive, atol=1e-5, rtol=0)
     finally:
+        torch.utils.cpp_extension.JIT_EXTENSION_VERSIONER.entries = versions
         relative_cpu.kernel.cache_clear()
