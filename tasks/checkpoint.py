@@ -26,6 +26,7 @@ from multimodal.convert.folder import (
     is_model_folder,
     load_folder_weights,
     load_tokenizer,
+    model_of_folder,
     read_model_folder,
 )
 from tasks.runs import resolve_checkpoint
@@ -111,12 +112,50 @@ def _check_model_fits(entry: dict[str, Any], task_class: type, arguments: dict[s
     check_fits(family, config, shapes, source)
 
 
-def _load_task_folder(folder: Path, map_location: str) -> LoadedCheckpoint:
-    """The task of a model folder: its class (``tasks.`` only), its settings, the folder's weights and tokenizer."""
-    meta = read_model_folder(folder)
+class CommandModel(NamedTuple):
+    """What ``generate`` and ``perplexity`` need of a checkpoint or model folder (:func:`load_for_commands`)."""
+
+    model: Any
+    """The network (eval mode, on the requested device)."""
+    tokenizer: Any | None
+    """Its data's tokenizer, if the run had one."""
+    data: dict[str, Any]
+    """The data module's settings of the run (as in :class:`LoadedCheckpoint`)."""
+    task: str
+    """The registered name of the task that trained it (:data:`tasks.registry.TASKS`)."""
+
+
+def load_for_commands(path: str | Path, map_location: str = "cpu") -> CommandModel:
+    """The model, tokenizer, data settings and task name of a checkpoint or model folder, for the commands that
+    use the model alone (``generate``, ``perplexity``).
+
+    A model folder's model is built from its config (:func:`multimodal.convert.folder.model_of_folder`, as
+    :func:`multimodal.load` builds it) and its task is looked up, not built: no Lightning import, which is
+    3-4 s of a command's start on a CPU. A checkpoint is a training run's: :func:`load_task` rebuilds its task.
+    """
+    if is_model_folder(path):
+        folder = Path(path)
+        meta = read_model_folder(folder)
+        name = registered_task_name(_folder_task(folder, meta), str(folder / CONFIG_FILE))
+        model, tokenizer = model_of_folder(folder, meta, map_location)
+        return CommandModel(model, tokenizer, _folder_data(meta), name)
+    loaded = load_task(path, map_location)
+    return CommandModel(loaded.task.model, loaded.tokenizer, loaded.data,
+                        registered_task_name(_path_of(type(loaded.task)), str(path)))  # fmt: skip
+
+
+def _folder_task(folder: Path, meta: dict[str, Any]) -> str:
+    """The task class path a model folder's config names; a folder without one (a converted model) is refused."""
     if "task" not in meta:
         raise ValueError(f"{folder}: this model folder names no task (a converted model?); load it in Python with "
                          f"multimodal.load")  # fmt: skip
+    return meta["task"]
+
+
+def _load_task_folder(folder: Path, map_location: str) -> LoadedCheckpoint:
+    """The task of a model folder: its class (``tasks.`` only), its settings, the folder's weights and tokenizer."""
+    meta = read_model_folder(folder)
+    _folder_task(folder, meta)
     task_class, arguments = checkpoint_task({"task": meta["task"]}, {**meta.get("task_settings", {}), "model": meta["model"]},
                                             str(folder / CONFIG_FILE))
     task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
@@ -195,19 +234,28 @@ def checkpoint_task(entry: dict[str, str], hyper_parameters: dict[str, Any], sou
     """
     from pytorch_lightning import LightningModule
 
-    from tasks.registry import LEGACY_TASK_PATHS, TASKS
+    from tasks.registry import TASKS
 
-    named = entry.get("task")
-    path = LEGACY_TASK_PATHS.get(named, named) if isinstance(named, str) else None
-    if path not in TASKS.values():
-        raise ValueError(f"{source}: refusing to import {named!r}: a checkpoint may name only a registered task "
-                         f"({', '.join(sorted(TASKS))})")  # fmt: skip
+    path = TASKS[registered_task_name(entry.get("task"), source)]
     if not isinstance(hyper_parameters, dict):
         raise ValueError(f"{source}: its hyper-parameters are a {type(hyper_parameters).__name__}, not a mapping")
     check_config_class_paths(hyper_parameters, f"{source} hyper-parameters")
     task_class = import_class(path, packages=(path.rpartition(".")[0],), base=LightningModule, source=source)
     upgrade = getattr(task_class, "checkpoint_class", None)
     return upgrade(hyper_parameters) if upgrade is not None else (task_class, hyper_parameters)
+
+
+def registered_task_name(named: Any, source: str) -> str:
+    """The registered name (:data:`tasks.registry.TASKS`) of the task class path a checkpoint or model folder
+    names (or a path earlier versions wrote); anything else is a ``ValueError`` naming ``source``. Imports nothing."""
+    from tasks.registry import LEGACY_TASK_PATHS, TASKS
+
+    path = LEGACY_TASK_PATHS.get(named, named) if isinstance(named, str) else None
+    names = [name for name, registered in TASKS.items() if registered == path]
+    if not names:
+        raise ValueError(f"{source}: refusing to import {named!r}: a checkpoint may name only a registered task "
+                         f"({', '.join(sorted(TASKS))})")  # fmt: skip
+    return names[0]
 
 
 def _path_of(cls: type) -> str:

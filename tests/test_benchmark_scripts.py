@@ -268,6 +268,8 @@ def test_music_demo_sweep_reports_the_chosen_candidate_on_the_test_pieces(tmp_pa
 SPEED_SCRIPTS = {  # script: (tiny arguments, rows its table must hold) -- the scripts run, the times are not judged
     "attention.py": (["--lengths", "32", "--implementations", "sdpa", "ours", "naive_shaw", "--modes", "train", "decode",
                       "--repeats", "1", "--taking-turns"], ["| 32 | ", "(1.00×) | — | ", "| n/a |"]),
+    "command_start.py": (["--rounds", "1", "--set", "--max-new-tokens", "8", "--no-audio"],
+                         ["| after | ", "generate --model music --style chorale --key G minor --max-new-tokens 8"]),
     "fused_loss.py": (["--batch-size", "2", "--seq-len", "16", "--chunks", "8", "--rounds", "1", "--threads", "1"],
                       ["| plain |", "| chunk 8 |"]),
     "gqa_decoding.py": (["--kv-heads", "8", "1", "--contexts", "32", "--batches", "1", "--steps", "2", "--rounds", "1",

@@ -252,15 +252,20 @@ def load(
     """
     path = Path(path)
     if is_model_folder(path):
-        meta = read_model_folder(path)
-        model = build_model(meta["family"], meta["model"])
-        load_folder_weights(model, path, meta.get("quantization"))
-        model, tokenizer = model.to(device).eval(), folder_tokenizer(path, meta)
+        model, tokenizer = model_of_folder(path, read_model_folder(path), device)
     else:
         model, tokenizer = _load_checkpoint(path, device)
     if quantize is not None:
         quantize_model(model, quantize)
     return set_kv_cache_dtype(model, kv_cache_dtype), tokenizer
+
+
+def model_of_folder(folder: Path, meta: dict[str, Any], device: str | torch.device = "cpu") -> tuple[nn.Module, Any | None]:
+    """The model (eval mode, on ``device``) and tokenizer (or None) of a model folder whose ``config.json`` was
+    read and checked (``meta``: :func:`read_model_folder`)."""
+    model = build_model(meta["family"], meta["model"])
+    load_folder_weights(model, folder, meta.get("quantization"))
+    return model.to(device).eval(), folder_tokenizer(folder, meta)
 
 
 def load_folder_weights(model: nn.Module, folder: str | Path, quantization: str | None = None) -> None:

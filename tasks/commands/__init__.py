@@ -108,14 +108,10 @@ class TaskCommands:
     run_perplexity: Callable[..., None] | None = None
 
 
-def task_commands(task_class: type) -> Any | None:
-    """The command module (or :class:`TaskCommands`) of a task class, by its registered name; None without one."""
-    from tasks.registry import TASKS
-
-    path = f"{task_class.__module__}.{task_class.__qualname__}"
-    names = [name for name, registered in TASKS.items() if registered == path and name in TASK_COMMANDS]
-    if not names:
+def task_commands(name: str) -> Any | None:
+    """The command module (or :class:`TaskCommands`) of a task by its registered name; None without one."""
+    if name not in TASK_COMMANDS:
         return None
-    module, _, attribute = TASK_COMMANDS[names[0]].partition(":")
+    module, _, attribute = TASK_COMMANDS[name].partition(":")
     loaded = importlib.import_module(module)
     return getattr(loaded, attribute) if attribute else loaded

@@ -49,26 +49,26 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     if path is not None:
         import torch
 
-        from tasks.checkpoint import load_task
+        from tasks.checkpoint import load_for_commands
         from tasks.commands import task_commands
 
         device = known.device or ("cuda" if torch.cuda.is_available() else "cpu")
         check_device(parser, device)  # before loading: a bad device is not a bad checkpoint
-        loaded = load_task(path, map_location=device)
-        commands = task_commands(type(loaded.task))
+        loaded = load_for_commands(path, map_location=device)
+        commands = task_commands(loaded.task)
         add_arguments = getattr(commands, f"add_{name}_arguments", None)
         run = getattr(commands, f"run_{name}", None)
         if add_arguments is not None:
             add_arguments(parser)  # without run_<name>, it may explain what to run instead, and exit
         if run is None:
-            parser.error(f"{path}: a {type(loaded.task).__name__} checkpoint {refusal}")
+            parser.error(f"{path}: a {loaded.task} checkpoint {refusal}")
     else:
         parser.add_argument("rest", nargs="*", help="the options of the checkpoint's task")
     args = parser.parse_args(argv)
     if name == "generate":
         _check_decoding(parser, args)
-    apply_inference_arguments(parser, loaded.task.model, args)
-    run(loaded.task.model, loaded.tokenizer, args, loaded.data)
+    apply_inference_arguments(parser, loaded.model, args)
+    run(loaded.model, loaded.tokenizer, args, loaded.data)
 
 
 #: ``multimodal.layers.quantize``'s WEIGHT_SCHEMES and KV_CACHE_DTYPES, named here so ``--help`` imports no torch

@@ -10,7 +10,7 @@ import torch
 
 import multimodal
 from multimodal.convert.folder import FAMILIES, load
-from tasks.checkpoint import load_task
+from tasks.checkpoint import load_for_commands, load_task
 from tasks.cli import MultimodalCLI, main, task_class_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +80,12 @@ def test_export_then_load_gives_the_same_model_for_every_task(name, tmp_path, mo
         torch.testing.assert_close(from_checkpoint(*args), task.model(*args), atol=0, rtol=0)
         folder_task, _, _ = load_task(folder)
         torch.testing.assert_close(folder_task.model(*args), task.model(*args), atol=0, rtol=0)
+        # generate and perplexity read a folder without building its task, a checkpoint through it: the same model
+        for source in (folder, checkpoint):
+            commands = load_for_commands(source)
+            assert commands.task == type(task).__name__ and type(commands.model) is type(task.model)
+            assert not commands.model.training and (commands.tokenizer is None) == (tokenizer is None)
+            torch.testing.assert_close(commands.model(*args), task.model(*args), atol=0, rtol=0)
 
 
 def test_the_commands_and_init_from_take_a_model_folder(tmp_path, monkeypatch):
