@@ -45,14 +45,14 @@ def test_a_changed_byte_is_caught(tmp_path):
 def test_load_music_and_generate_need_no_lightning_and_read_half_precision_into_float32(tmp_path):
     """``load('music')`` and ``multimodal generate --model music`` (a model folder) build the model without its
     Lightning task: importing Lightning (and the torchmetrics, transformers and torchvision it pulls in) is
-    3-4 s of a command's start."""
+    3-4 s of a command's start; nor do they import music21 (a third of a second) to find its corpus folder."""
     script = ("import sys, torch; from multimodal import load; model, tokenizer = load('music'); "
               "lightning = lambda: any(name.split('.')[0] in ('pytorch_lightning', 'lightning') for name in sys.modules); "
               "assert not lightning(); "
               "assert {p.dtype for p in model.parameters()} == {torch.float32} and not model.training; "
               "assert tokenizer.config.num_parts == 5 and tokenizer.config.controls; "
               "from tasks.cli import main; main(['generate', '--model', 'music', '--out', sys.argv[1], '--max-new-tokens', "
-              "'8', '--no-audio', '--seed', '0']); assert not lightning(); print('ok')")  # fmt: skip
+              "'8', '--no-audio', '--seed', '0']); assert not lightning() and 'music21' not in sys.modules; print('ok')")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "ok", done.stderr[-2000:]

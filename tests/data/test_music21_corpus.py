@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +27,15 @@ def corpus(tmp_path, monkeypatch):
     shutil.copy(music21_corpus_dir() / "palestrina" / "Agnus_00.krn", root / "palestrina" / "Agnus_00.krn")
     monkeypatch.setattr(music21_corpus, "music21_corpus_dir", lambda: root)
     return root
+
+
+def test_the_corpus_folder_is_music21s_own_or_the_one_the_environment_names(tmp_path, monkeypatch):
+    import music21
+
+    monkeypatch.delenv(music21_corpus.CORPUS_ENV, raising=False)
+    assert music21_corpus_dir() == Path(music21.__file__).parent / "corpus"  # found without importing music21
+    monkeypatch.setenv(music21_corpus.CORPUS_ENV, str(tmp_path))
+    assert music21_corpus_dir() == tmp_path
 
 
 def test_conversion_keeps_parts_and_metadata_as_music21_reads_them(corpus):
