@@ -155,9 +155,9 @@ def _folder_task(folder: Path, meta: dict[str, Any]) -> str:
 def _load_task_folder(folder: Path, map_location: str) -> LoadedCheckpoint:
     """The task of a model folder: its class (``tasks.`` only), its settings, the folder's weights and tokenizer."""
     meta = read_model_folder(folder)
-    _folder_task(folder, meta)
-    task_class, arguments = checkpoint_task({"task": meta["task"]}, {**meta.get("task_settings", {}), "model": meta["model"]},
-                                            str(folder / CONFIG_FILE))
+    task_class, arguments = checkpoint_task({"task": _folder_task(folder, meta)},
+                                            {**meta.get("task_settings", {}), "model": meta["model"]},
+                                            str(folder / CONFIG_FILE))  # fmt: skip
     task = task_class(**{**arguments, "compile": False}) if "compile" in arguments else task_class(**arguments)
     load_folder_weights(task.model, folder, meta.get("quantization"))
     return LoadedCheckpoint(task.to(map_location).eval(), folder_tokenizer(folder, meta), _folder_data(meta))
