@@ -2,8 +2,8 @@
 
 Each case trains a tiny config in a subprocess (deterministic mode, CPU, one thread, dropout on,
 augmentation on) three ways: straight through and, beside it, killed with SIGKILL some steps after a
-checkpoint; then resumed with ``--ckpt_path last``. The resumed run must not repeat or skip a batch (the loader's state),
-draw other windows or augmentations (the data's draws are functions of (seed, epoch, index), and
+checkpoint; then resumed with ``--ckpt_path last``. The resumed run must not repeat or skip a batch
+(the loader's state), draw other windows or augmentations (the data's draws are functions of (seed, epoch, index), and
 the epoch must be counted right) or other dropout masks (the generators' training stream in the
 checkpoint): its final weights equal the uninterrupted run's bit for bit. The checkpoints come
 mid-epoch, just before an epoch's validation, and (with the shipped callbacks and ``max_steps``)
@@ -64,8 +64,10 @@ def _fit(configs, root: str, cwd: Path, extra: list[str], expect_killed: bool = 
 def _straight_and_killed(configs, cwd: Path, killer: list[str]) -> None:
     """The uninterrupted run and the run killed part-way, side by side (one thread each: 2 cores)."""
     straight = _start(configs, "straight", cwd, [])
-    _fit(configs, "killed", cwd, killer, expect_killed=True)
-    _finish(straight)
+    try:
+        _fit(configs, "killed", cwd, killer, expect_killed=True)
+    finally:  # waited for even when the killed run failed: no process outlives the test
+        _finish(straight)
 
 
 # Two cases run in the fast suite; the other two (~17 s each with the first two runs side by side): `make test-all`.
@@ -90,7 +92,8 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_bit_for_bit(case, tm
     }  # fmt: skip
     (tmp_path / "override.yaml").write_text(yaml.safe_dump(override))
     configs = [*configs, tmp_path / "override.yaml"]
-    _straight_and_killed(configs, tmp_path, ["--trainer.callbacks+=resume_probe.KillAt", f"--trainer.callbacks.step={kill_step}"])
+    killer = ["--trainer.callbacks+=resume_probe.KillAt", f"--trainer.callbacks.step={kill_step}"]
+    _straight_and_killed(configs, tmp_path, killer)
     checkpoint = torch.load(tmp_path / "killed/lightning_logs/version_0/checkpoints/last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == kill_step - 1  # a mid-epoch checkpoint: there is something to resume
     _fit(configs, "killed", tmp_path, ["--ckpt_path", "last"])
