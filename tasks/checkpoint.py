@@ -121,7 +121,7 @@ class CommandModel(NamedTuple):
     """Its data's tokenizer, if the run had one."""
     data: dict[str, Any]
     """The data module's settings of the run (as in :class:`LoadedCheckpoint`)."""
-    task: str
+    task_name: str
     """The registered name of the task that trained it (:data:`tasks.registry.TASKS`)."""
 
 

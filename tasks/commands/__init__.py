@@ -92,7 +92,7 @@ A command module (or :class:`TaskCommands`) has, for ``multimodal NAME`` (``gene
 - ``add_NAME_arguments(parser)``: adds the task's options (it may also explain what to run instead, and exit);
 - ``run_NAME(model, tokenizer, args, data)``: runs the command with the checkpoint's model (eval mode,
   on ``--device``), its tokenizer (or None), the parsed options and the run's data settings
-  (:attr:`tasks.checkpoint.LoadedCheckpoint.data`).
+  (:attr:`tasks.checkpoint.CommandModel.data`).
 
 A command without ``run_NAME`` is refused.
 """

@@ -55,13 +55,13 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
         device = known.device or ("cuda" if torch.cuda.is_available() else "cpu")
         check_device(parser, device)  # before loading: a bad device is not a bad checkpoint
         loaded = load_for_commands(path, map_location=device)
-        commands = task_commands(loaded.task)
+        commands = task_commands(loaded.task_name)
         add_arguments = getattr(commands, f"add_{name}_arguments", None)
         run = getattr(commands, f"run_{name}", None)
         if add_arguments is not None:
             add_arguments(parser)  # without run_<name>, it may explain what to run instead, and exit
         if run is None:
-            parser.error(f"{path}: a {loaded.task} checkpoint {refusal}")
+            parser.error(f"{path}: a {loaded.task_name} checkpoint {refusal}")
     else:
         parser.add_argument("rest", nargs="*", help="the options of the checkpoint's task")
     args = parser.parse_args(argv)

@@ -83,7 +83,7 @@ def test_export_then_load_gives_the_same_model_for_every_task(name, tmp_path, mo
         # generate and perplexity read a folder without building its task, a checkpoint through it: the same model
         for source in (folder, checkpoint):
             commands = load_for_commands(source)
-            assert commands.task == type(task).__name__ and type(commands.model) is type(task.model)
+            assert commands.task_name == type(task).__name__ and type(commands.model) is type(task.model)
             assert not commands.model.training and (commands.tokenizer is None) == (tokenizer is None)
             torch.testing.assert_close(commands.model(*args), task.model(*args), atol=0, rtol=0)
 
