@@ -9,9 +9,9 @@ Usage::
 Each round starts the README's first command (the shipped model, a G-minor chorale, MIDI + piano roll
 + WAV) in a new Python process and times it to its exit: imports, loading, 512 generated ids and
 the files. With ``--before``, the other checkout runs the same command (its own ``tasks`` and
-``multimodal`` first on the path, its own kernel build folder: a kernel built from another source path
-is rebuilt, which would be timed) and the two take turns; one untimed run of each comes first. The
-table gives mean ± sd of the seconds and the ratio after / before.
+``multimodal`` first on the path; each checkout builds the attention kernel in a folder of its own) and
+the two take turns; one untimed run of each comes first. The table gives mean ± sd of the seconds and
+the ratio after / before.
 """
 
 from __future__ import annotations
@@ -31,11 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ["-m", "tasks.cli", "generate", "--model", "music", "--style", "chorale", "--key", "G minor"]
 
 
-def run_once(checkout: Path, extensions: Path | None, extra: list[str]) -> float:
+def run_once(checkout: Path, extra: list[str]) -> float:
     """Seconds from start to exit of the command run from ``checkout`` in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    if extensions is not None:
-        env["TORCH_EXTENSIONS_DIR"] = str(extensions)
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         subprocess.run([sys.executable, *COMMAND, "--out", out, *extra], cwd=checkout, env=env, check=True,
@@ -51,16 +49,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.before is not None and not (args.before / "tasks" / "cli.py").is_file():
         parser.error(f"--before {args.before}: not a checkout of the project (no tasks/cli.py)")
-    contenders = {"after": (ROOT, None)}
-    with tempfile.TemporaryDirectory() as extensions:
-        if args.before is not None:
-            contenders = {"before": (args.before.resolve(), Path(extensions)), **contenders}
-        for checkout, folder in contenders.values():  # untimed: the files in the page cache, kernels built
-            run_once(checkout, folder, args.set)
-        times: dict[str, list[float]] = {name: [] for name in contenders}
-        for _ in range(args.rounds):
-            for name, (checkout, folder) in contenders.items():
-                times[name].append(run_once(checkout, folder, args.set))
+    contenders = {"after": ROOT} if args.before is None else {"before": args.before.resolve(), "after": ROOT}
+    for checkout in contenders.values():  # untimed: the files in the page cache, kernels built
+        run_once(checkout, args.set)
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(args.rounds):
+        for name, checkout in contenders.items():
+            times[name].append(run_once(checkout, args.set))
     print(machine())
     print(f"`multimodal {' '.join(COMMAND[2:] + args.set)}`, {args.rounds} rounds, fresh processes\n")
     print("| checkout | seconds (mean ± sd) | runs |")

@@ -1,5 +1,6 @@
 """The fused C++ relative-attention kernel against naive Shaw attention computed in float64."""
 
+import os
 import warnings
 
 import pytest
@@ -110,6 +111,31 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_leaves_the_skew_kernel(mon
         torch.testing.assert_close(out, naive, atol=1e-5, rtol=0)
     finally:
         relative_cpu.kernel.cache_clear()
+
+
+def test_each_checkout_builds_in_a_folder_of_its_own(monkeypatch, tmp_path):
+    # ninja's rules in a build folder name the source's path, so two checkouts sharing one folder rebuild in turns
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
+    sources = [tmp_path / checkout / "relative_cpu.cpp" for checkout in ("main", "worktree")]
+    folders = [relative_cpu._build_folder("kernel_x", source) for source in sources]
+    assert folders[0] != folders[1]
+    assert all(folder.is_dir() and folder.parent == tmp_path / "cache" for folder in folders)
+    assert all(folder.name.startswith(f"kernel_x-torch{torch.__version__}-") for folder in folders)
+    assert relative_cpu._build_folder("kernel_x", sources[0]) == folders[0]  # the same checkout: the same folder
+
+
+def test_a_build_is_announced_when_none_is_there_or_the_source_is_newer(tmp_path):
+    source = tmp_path / "relative_cpu.cpp"
+    source.write_text("// kernel")
+    os.utime(source, (1_000, 1_000))
+    assert relative_cpu._needs_build(tmp_path, "kernel_x", source)  # nothing built
+    (tmp_path / "kernel_x_v1.so").write_bytes(b"")
+    os.utime(tmp_path / "kernel_x_v1.so", (2_000, 2_000))
+    (tmp_path / "other.so").write_bytes(b"")  # another name's build does not count
+    assert not relative_cpu._needs_build(tmp_path, "kernel_x", source)
+    os.utime(source, (3_000, 3_000))  # edited after the build: ninja compiles again
+    assert relative_cpu._needs_build(tmp_path, "kernel_x", source)
+    assert relative_cpu._needs_build(tmp_path, "kernel_y", source)
 
 
 @needs_kernel

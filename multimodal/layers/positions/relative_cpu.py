@@ -10,7 +10,7 @@ parallel over PyTorch's threads). 16-bit inputs are computed in float32 (docs/at
 
 It is compiled by :func:`torch.utils.cpp_extension.load` (a C++ compiler with OpenMP, and the
 ``ninja`` dependency): about 20 seconds, once, announced on stderr; the build is cached under
-``~/.cache/torch_extensions``, one per vector instruction set and torch version. Where it cannot be
+``~/.cache/torch_extensions``, one per vector instruction set, torch version and checkout. Where it cannot be
 built (no compiler, a BLAS without ``sgemm_``), :func:`kernel` warns once and returns None, and
 :func:`~multimodal.layers.positions.relative.relative_attention` keeps the skewed kernel.
 ``MULTIMODAL_RELATIVE_KERNEL=skew`` turns it off without a build.
@@ -22,6 +22,7 @@ the table ``(heads, rows, head_dim)``.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -59,8 +60,8 @@ def kernel():
         isa = torch.backends.cpu.get_cpu_capability()
         flags = ["-O3", "-ffast-math", "-fopenmp", *ISA_FLAGS.get(isa, [])]
         name = f"multimodal_relative_cpu_{isa.lower()}"
-        folder = _build_folder(name)
-        if not any(folder.glob(f"{name}*.so")):  # torch adds _v1, _v2 to a name rebuilt in one process
+        folder = _build_folder(name, SOURCE)
+        if _needs_build(folder, name, SOURCE):
             print(f"multimodal: building the fused relative-attention kernel for this CPU ({isa}; once, "
                   f"about 20 seconds) in {folder}", file=sys.stderr)  # fmt: skip
         return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"], build_directory=str(folder))
@@ -71,15 +72,28 @@ def kernel():
         return None
 
 
-def _build_folder(name: str) -> Path:
-    """Where the kernel is built: one folder per name and torch version under torch's extension cache
-    (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); created if missing."""
+def _build_folder(name: str, source: Path) -> Path:
+    """Where the kernel is built: one folder per name, torch version and ``source`` file under torch's
+    extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); created if missing.
+
+    The folder's name ends with a digest of the source's absolute path: the build rules ninja keeps there
+    name that path, so two checkouts (a git worktree, a second virtual environment) sharing one folder
+    would each rebuild the kernel (~25 s, silently) every time the other had run.
+    """
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
-    folder = Path(root) / f"{name}-torch{torch.__version__}"
+    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]
+    folder = Path(root) / f"{name}-torch{torch.__version__}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def _needs_build(folder: Path, name: str, source: Path) -> bool:
+    """Whether loading ``name`` from ``folder`` compiles: no build there yet, or ``source`` changed after the
+    newest one (ninja compiles by the files' times). torch adds ``_v1``, ``_v2`` to a name rebuilt in one process."""
+    built = [path.stat().st_mtime for path in folder.glob(f"{name}*.so")]
+    return not built or source.stat().st_mtime > max(built)
 
 
 def _cpp_extension_load():
