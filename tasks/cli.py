@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from multimodal.class_paths import check_config_class_paths
@@ -25,7 +26,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``multimodal`` console script.
 
     A failure ends with one line, ``error: <file or option>: <reason>``, and exit status 2; the
-    traceback only with ``--debug`` (or ``MULTIMODAL_DEBUG=1``).
+    traceback only with ``--debug`` (or ``MULTIMODAL_DEBUG=1``). The project's own warnings (a file
+    skipped, a budget that ran out) are one line too, ``warning: <message>`` (:func:`one_line_warnings`).
     """
     from_shell = argv is None
     argv = list(sys.argv[1:] if from_shell else argv)
@@ -34,7 +36,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if from_shell and "--debug" in sys.argv:
         sys.argv = [arg for arg in sys.argv if arg != "--debug"]  # LightningCLI reads sys.argv itself
     try:
-        _run(argv, from_shell)
+        with warnings.catch_warnings():  # puts the usual warning display back afterwards
+            if not debug:
+                warnings.showwarning = one_line_warnings(warnings.showwarning)
+            _run(argv, from_shell)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -43,6 +48,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise
         print(f"error: {describe_error(error)} (--debug shows the traceback)", file=sys.stderr)
         sys.exit(2)
+
+
+def one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that writes a warning raised in ``multimodal`` or ``tasks`` as one line,
+    ``warning: <message>`` on stderr, and hands the others (PyTorch's, Lightning's) to ``show``."""
+    own = [Path(sys.modules[name].__file__).resolve().parent for name in ("multimodal", "tasks")]
+
+    def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        if any(Path(filename).resolve().is_relative_to(folder) for folder in own):
+            print(f"warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return show_warning
 
 
 def describe_error(error: BaseException) -> str:

@@ -59,10 +59,19 @@ def naive_decoder_nll(model, tokenizer, ids, is_given, parts, position) -> float
     given_times = [sum(tokenizer.token_to_event(t).value for t in ids[:q] if tokenizer.token_to_event(t).kind == "TIME_SHIFT")
                    for q in range(position, len(ids)) if at_onset(q)]  # fmt: skip
     until = min(given_times) - time if given_times else None
+    own, waiting, now = [], None, 0  # the notes the model wrote in the prefix: (PITCH id, onset, end)
+    for q, token in enumerate(ids[:position]):
+        event = tokenizer.token_to_event(token)
+        now += event.value if event.kind == "TIME_SHIFT" else 0
+        if event.kind == "DURATION" and waiting is not None:
+            own.append((waiting, now, now + event.value))
+        if event.kind != "VELOCITY":
+            waiting = token if event.kind == "PITCH" and not is_given[q] else None
+    sounding = {token for token, onset, end in own if onset <= time < end}
     allowed = np.zeros(len(probs))
     for token in range(len(probs)):
         event = tokenizer.token_to_event(token)
-        if event.kind == "AHEAD" or (event.kind == "PITCH" and event.value // 128 not in parts):
+        if event.kind == "AHEAD" or (event.kind == "PITCH" and event.value // 128 not in parts) or token in sounding:
             continue
         if event.kind == "EOS" and until is not None:
             continue

@@ -3,6 +3,7 @@ the allowed parts, inside the span."""
 
 from __future__ import annotations
 
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -57,6 +58,7 @@ def exact(notes: np.ndarray, step: float = 0.01) -> list[tuple[int, int, int]]:
     return sorted((int(p), round(s / step), round((e - s) / step)) for p, s, e, *_ in notes)
 
 
+@pytest.mark.filterwarnings("ignore:the new notes stop at")  # untrained models outrun the budget: the cut is tested too
 @TOKENIZERS
 @pytest.mark.parametrize("model_kind", ["adversary", "random"])
 def test_every_given_note_comes_back_and_only_the_allowed_parts_are_written(model_kind, tokenizer):
@@ -144,6 +146,76 @@ def test_melodies_that_are_not_one_line_and_parts_that_clash_are_refused():
         harmonize(Adversary(TOKENIZER), MidiDurationTokenizer(), given)
 
 
+class Ostinato(nn.Module):
+    """Plays part 1 every quarter second: after a shift a PITCH, after it a DURATION of 0.2 s, after that a shift
+    of 0.25 s (12 ids a second, a chorale's lower voices' pace)."""
+
+    def __init__(self, tokenizer: MidiDurationTokenizer) -> None:
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(()))
+        self.tokenizer = tokenizer
+        self.duration = tokenizer.duration_offset + int(np.flatnonzero(tokenizer.config.duration_steps == 20)[0])
+
+    def new_state(self):
+        return SimpleNamespace()
+
+    def forward(self, tokens, state=None):
+        tokenizer, last = self.tokenizer, int(tokens[0, -1])
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
+        if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
+            logits[..., self.duration] = 30.0
+        elif tokenizer.duration_offset <= last < tokenizer.control_offset:
+            logits[..., tokenizer.time_shift_offset + 24] = 30.0
+        else:
+            logits[..., tokenizer.pitch_offset + 128 + 50] = 30.0
+        return logits
+
+
+class Repeater(Ostinato):
+    """Wants one note above all, part 1's pitch 50 for a second, again and again; else a quarter-second shift."""
+
+    def forward(self, tokens, state=None):
+        tokenizer, last = self.tokenizer, int(tokens[0, -1])
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
+        if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
+            logits[..., tokenizer.duration_offset + int(np.flatnonzero(tokenizer.config.duration_steps == 100)[0])] = 30.0
+        else:
+            logits[..., tokenizer.pitch_offset + 128 + 50] = 30.0
+            logits[..., tokenizer.time_shift_offset + 24] = 20.0
+        return logits
+
+
+@TOKENIZERS
+def test_a_sounding_note_is_not_struck_again_in_its_part(tokenizer):
+    line = melody(np.random.default_rng(1))
+    given = np.column_stack([line, np.zeros(len(line))])
+    ids = harmonize(Repeater(tokenizer), tokenizer, given, parts=[1], max_new_tokens=400, lookahead=RICHEST[id(tokenizer)])
+    notes = tokenizer.decode_notes(ids)
+    written = notes[notes[:, 4] == 1]
+    strikes = sum(1 for token in ids if token == tokenizer.pitch_offset + 128 + 50)
+    assert strikes == len(written) > 5  # every strike is a note of its own: none merged into or cut another
+    assert np.all(written[1:, 1] >= written[:-1, 2] - 1e-9)  # one after another, never overlapping
+    assert np.allclose(written[:, 2] - written[:, 1], 1.0)  # each as long as the model wrote it
+
+
+def test_a_long_melody_is_harmonized_to_its_end_and_a_budget_that_runs_out_says_where():
+    line = melody(np.random.default_rng(0), num_notes=120)  # about a minute: more than 512 new ids at this pace
+    given = np.column_stack([line, np.zeros(len(line))])
+    end = float(line[:, 2].max())
+    assert end > 50
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default budget covers the melody: no warning
+        notes = TOKENIZER.decode_notes(harmonize(Ostinato(TOKENIZER), TOKENIZER, given, parts=[1]))
+    written = notes[notes[:, 4] == 1]
+    assert len(written) > 512 / 3 and written[:, 1].max() > end - 1.0  # the new part goes on to the melody's end
+    assert exact(notes[notes[:, 4] == 0]) == exact(line)
+    with pytest.warns(UserWarning, match=r"the new notes stop at [\d.]+ s of the 0-[\d.]+ s span: the budget of 60 ") as said:
+        cut = TOKENIZER.decode_notes(harmonize(Ostinato(TOKENIZER), TOKENIZER, given, parts=[1], max_new_tokens=60))
+    stop = float(str(said[0].message).split(" s of ")[0].rsplit(" ", 1)[1])
+    assert 3.0 < stop < 10.0 and cut[cut[:, 4] == 1][:, 1].max() <= stop  # about 20 notes, none after the stop
+    assert exact(cut[cut[:, 4] == 0]) == exact(line)  # the melody is all there, alone after the cut
+
+
 def two_parts(rng: np.random.Generator, seconds: float = 8.0) -> np.ndarray:
     rows = []
     for part in (0, 1):
@@ -155,6 +227,7 @@ def two_parts(rng: np.random.Generator, seconds: float = 8.0) -> np.ndarray:
     return np.array(rows, dtype=float)
 
 
+@pytest.mark.filterwarnings("ignore:the new notes stop at")  # untrained models outrun the budget: the cut is tested too
 @TOKENIZERS
 @pytest.mark.parametrize("model_kind", ["adversary", "random"])
 def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_end(model_kind, tokenizer):
@@ -212,6 +285,7 @@ def _decode_once(model, task: str, seed: int, rule: bool, tokenizer: MidiDuratio
     return tokenizer.decode_notes(ids), given
 
 
+@pytest.mark.filterwarnings("ignore:the new notes stop at")  # untrained models outrun the budget: the cut is tested too
 @TOKENIZERS
 @pytest.mark.parametrize("task", ["harmonize", "infill"])
 def test_the_parallels_rule_leaves_no_parallel_fifth_or_octave_that_music21s_rule_would_count(task, tokenizer):

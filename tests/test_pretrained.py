@@ -104,6 +104,66 @@ def test_generate_and_models_know_the_shipped_model_by_name(tmp_path, capsys, mo
     assert "music" in (listing := capsys.readouterr().out) and "checksums match" in listing
 
 
+def _tune(path: Path, phrases: int) -> Path:
+    """A one-line tune the model never trained on, 8.75 s a phrase, written to ``path``."""
+    import pretty_midi
+
+    tune, line = pretty_midi.PrettyMIDI(), pretty_midi.Instrument(0, name="flute")
+    phrase = [64, 64, 65, 67, 67, 65, 64, 62, 60, 60, 62, 64, 64, 62, 62]
+    lengths = [0.5] * 12 + [1.5, 0.25, 1.0]
+    start = 0.0
+    for pitch, length in zip(phrase * phrases, lengths * phrases, strict=True):
+        line.notes.append(pretty_midi.Note(80, pitch, start, start + length))
+        start += length
+    tune.instruments.append(line)
+    tune.write(str(path))
+    return path
+
+
+def _documented_commands(*pages: Path) -> list[str]:
+    """The ``multimodal generate --model music`` command lines of ``pages`` that read a file (backslashes joined)."""
+    lines = "\n".join(page.read_text() for page in pages).replace("\\\n", " ").splitlines()
+    commands = [line.split("multimodal ", 1)[1].split("  #")[0] for line in lines
+                if line.lstrip().startswith(("multimodal generate --model music", ".venv/bin/multimodal generate --model music"))]  # fmt: skip
+    return [command for command in commands if "--harmonize" in command or "--infill" in command]
+
+
+def test_the_documented_harmonize_and_infill_commands_of_the_shipped_model_run(tmp_path, capsys, monkeypatch):
+    import shlex
+
+    commands = _documented_commands(ROOT / "README.md", ROOT / "docs/pretrained.md")
+    assert len(commands) >= 4
+    tune = str(_tune(tmp_path / "tune.mid", 2))
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    for number, command in enumerate(commands):
+        argv = shlex.split(command)
+        argv = [tune if arg.endswith(".mid") else arg for arg in argv]
+        argv[argv.index("--out") + 1] = str(tmp_path / str(number))
+        main([*argv, "--no-audio", "--seed", "0"])
+        assert (tmp_path / str(number) / "sample_0.mid").is_file(), command
+        assert "warning" not in capsys.readouterr().err, command
+
+
+def test_the_shipped_model_harmonizes_a_long_tune_to_its_end_and_a_short_budget_is_a_one_line_warning(
+        tmp_path, capsys, monkeypatch):  # fmt: skip
+    import pretty_midi
+
+    _tune(tmp_path / "tune.mid", 8)  # 70 s
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)  # warnings as users see them
+    main(["generate", "--model", "music", "--out", str(tmp_path / "whole"), "--harmonize", str(tmp_path / "tune.mid"),
+          "--no-audio", "--seed", "0"])  # fmt: skip
+    assert "warning" not in capsys.readouterr().err
+    harmonized = pretty_midi.PrettyMIDI(str(tmp_path / "whole/sample_0.mid"))
+    others = [note.start for track in harmonized.instruments[1:] for note in track.notes]
+    assert harmonized.instruments[0].notes[-1].end == pytest.approx(70.0)
+    assert max(others) > 67.0  # the new parts go on to the end (512 new ids, the earlier default, stopped at 38 s)
+    main(["generate", "--model", "music", "--out", str(tmp_path / "cut"), "--harmonize", str(tmp_path / "tune.mid"),
+          "--no-audio", "--seed", "0", "--max-new-tokens", "40"])  # fmt: skip
+    said = capsys.readouterr().err.strip().splitlines()
+    assert [line for line in said if "warn" in line.lower()] == [said[0]]  # one line, without Python's source line
+    assert said[0].startswith("warning: the new notes stop at ") and "the budget of 40 new ids ran out" in said[0]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--model", "nosuch", "--out", "x"], "--model nosuch: neither a shipped model (music) nor a model folder or checkpoint"),
     (["generate", "--model", "music", "--checkpoint", "x.ckpt"], "--checkpoint, --model: give one of them"),

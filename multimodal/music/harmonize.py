@@ -10,6 +10,9 @@ exactly, by construction, and the model only adds to the other parts:
   until every given note is written;
 - the PITCH ids of the given parts, and of parts the caller did not allow, are masked, so the model
   never adds a note to the melody;
+- a pitch that sounds in a part (a given note, or one the model wrote) is not struck again in that part
+  until it ends: a second strike would cut the note or merge with it, which the training data never shows,
+  and an untrained or unlucky model could repeat one note without end at one onset;
 - ``avoid_parallels=True``: each part the model writes sings one note at a time, and the pitches
   that would make parallel fifths or octaves with a part that has moved at the same onset are masked
   (:class:`~multimodal.music.voice_leading.ParallelsRule`).
@@ -32,6 +35,8 @@ the span (prefix, suffix, middle: :meth:`~multimodal.tokenizers.midi_duration.Mi
 
 from __future__ import annotations
 
+import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +59,18 @@ LOOKAHEAD_IDS = {"none": (None, "ids"), "ahead": ("anticipation_steps", "AHEAD i
                  "blocks": ("infill_after_steps", "GAP AFTER MIDDLE ids (data.infill_after_seconds)")}  # fmt: skip
 """Each way :func:`harmonize` shows the model given notes: the tokenizer setting its ids need (None: none), and
 what they are called in a message."""
+
+
+NEW_IDS_PER_SECOND = 64
+"""The default budget of new ids a second of a span: about three times what the model writes in the lower voices of
+a Bach chorale (three parts of mostly quarter and eighth notes: about 20 ids a second) and above a fiddle tune's
+sixteenth notes in every part."""
+
+
+def new_ids_budget(window: tuple[float, float]) -> int:
+    """The sampled ids :func:`constrained_decode` allows by default for a span of ``window`` seconds: 256, and
+    :data:`NEW_IDS_PER_SECOND` for each of its seconds."""
+    return 256 + math.ceil(NEW_IDS_PER_SECOND * max(window[1] - window[0], 0.0))
 
 
 def can_look_ahead(tokenizer: MidiDurationTokenizer, lookahead: str) -> bool:
@@ -89,7 +106,7 @@ def harmonize(
     *,
     parts: list[int] | None = None,
     controls: Controls | None = None,
-    max_new_tokens: int = 2048,
+    max_new_tokens: int | None = None,
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
@@ -105,7 +122,8 @@ def harmonize(
             (on the tokenizer's grid), e.g. a melody in part 0.
         parts: The parts the model may write (default: every part without given notes).
         controls: Style, key, meter, density (a vocabulary with controls; None: unknown).
-        max_new_tokens: Sampled tokens at most (the given ones do not count).
+        max_new_tokens: Sampled tokens at most (the given ones do not count); None: what the span needs,
+            :data:`NEW_IDS_PER_SECOND` a second of it (a budget that runs out first is warned about).
         sampling: How tokens are chosen (or its fields in ``options``).
         generator: Draws the samples.
         avoid_parallels: One note at a time in each written part, and no new pitch that makes
@@ -146,7 +164,7 @@ def infill(
     *,
     parts: list[int] | None = None,
     controls: Controls | None = None,
-    max_new_tokens: int = 2048,
+    max_new_tokens: int | None = None,
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
@@ -202,7 +220,7 @@ def constrained_decode(
     window: tuple[float, float],
     *,
     controls: Controls | None = None,
-    max_new_tokens: int = 2048,
+    max_new_tokens: int | None = None,
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
@@ -217,8 +235,9 @@ def constrained_decode(
     given onset and EOS (while given notes remain) masked, PITCH ids of other parts masked, and outside
     the window no new note at all (time jumps straight to the next given onset or the window). A note the
     model starts ends by the window's end. Decoding stops at EOS once every given note is written, once
-    time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (given notes
-    not reached by then are appended, alone). ``avoid_parallels``: one note at a time in each of ``parts``, and
+    time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (None:
+    :func:`new_ids_budget` of the window; given notes not reached by then are appended, alone, with a warning
+    saying where the new parts stop). ``avoid_parallels``: one note at a time in each of ``parts``, and
     no new pitch that makes parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
     ``block``: ``(split seconds, the given notes from the window's end on)`` with infilling ids — before time
     reaches ``split`` (a shift the model samples past it is dropped), the decoder reads ``GAP … AFTER … MIDDLE``
@@ -235,6 +254,7 @@ def constrained_decode(
     sampling = SamplingConfig.of(sampling, **options)
     step = tokenizer.config.time_step
     first, last = round(window[0] / step), round(window[1] / step)
+    max_new_tokens = new_ids_budget(window) if max_new_tokens is None else max_new_tokens
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
     if read_ahead and not getattr(tokenizer.config, "infill_after_steps", 0):
         raise ValueError("read_ahead needs a vocabulary with GAP AFTER MIDDLE ids (infill_after_steps > 0)")
@@ -275,6 +295,7 @@ def constrained_decode(
         return tokenizer.infill_block(block[1], time, window[1], loudness)[0].tolist()
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
+    written_pitch = -1  # that PITCH
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -330,11 +351,16 @@ def constrained_decode(
                         queue = read_block()  # the shift is dropped: the gap's notes come after the block
                         continue
                 if tokenizer.pitch_offset <= token < tokenizer.duration_offset:
-                    pending = own
+                    pending, written_pitch = own, token
                 elif not tokenizer.velocity_offset <= token < tokenizer.pitch_offset:
+                    if pending and tokenizer.duration_offset <= token < tokenizer.control_offset:
+                        # the model's own note: its pitch in its part is not struck again while it sounds
+                        sounding.append((written_pitch, time, time + int(durations[token - tokenizer.duration_offset])))
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1
+                    if not in_block:  # time does not go back before this again: notes ended by now are done
+                        sounding = [note for note in sounding if note[2] > time]
                     if announcer is not None and block_read and not in_block:  # time arrived: notes due ahead come first
                         queue = announcer.due(time) + queue
                 elif (block is not None or read_ahead) and token >= tokenizer.infill_offset:
@@ -358,6 +384,9 @@ def constrained_decode(
                 logits = model(torch.tensor([[token]], device=device), state=state)[0, -1]
     finally:
         model.train(was_training)
+    if sampled >= max_new_tokens and time < last:
+        warnings.warn(f"the new notes stop at {time * step:.1f} s of the {window[0]:g}-{window[1]:g} s span: the "
+                      f"budget of {max_new_tokens} new ids ran out (raise max_new_tokens, --max-new-tokens)", stacklevel=3)  # fmt: skip
     if tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset:
         ids.pop()  # a note the budget cut before its length
     for onset, group in groups[next_group:]:  # out of tokens: the given notes still go in, alone
@@ -456,8 +485,9 @@ def decoder_token_nll(
     probability for every id arriving earlier). The block's ids are read, not decoded: they count as given,
     never as a given note at its onset. The NLL
     of a given id is not meaningful (it may be ``inf``).
-    Windows as :func:`~multimodal.music.scoring.token_nll`. Not modelled: no note outside the window, the
-    pitches of given notes of the written parts while they sound, and ``avoid_parallels``.
+    Windows as :func:`~multimodal.music.scoring.token_nll`. The pitches of the model's own notes are never struck
+    again in their part while they sound. Not modelled: no note outside the window, the pitches of given
+    notes of the written parts while they sound, and ``avoid_parallels``.
     """
     from multimodal.music.scoring import token_nll
 
@@ -483,28 +513,45 @@ def decoder_token_nll(
     banned = banned_ids(tokenizer, parts)
     shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
+    pending = _waiting_for_length(tokenizer, ids, is_given)
     too_long = None  # (len(ids) - 1, vocab): lengths past the window's end, where a note of the model waits for one
     if window_end is not None:
         too_long = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
         last = round(window_end / tokenizer.config.time_step)
         lengths = torch.as_tensor(tokenizer.config.duration_steps)
-        is_written_pitch = is_pitch & ~is_given
-        is_velocity = (ids >= tokenizer.velocity_offset) & (ids < tokenizer.pitch_offset)
-        pending = False  # the model's PITCH waits for its DURATION (VELOCITY ids may come between)
-        for position in range(len(ids) - 1):
-            pending = bool(is_written_pitch[position]) or (pending and bool(is_velocity[position]))
-            if pending:
-                too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > last - int(time[position])
+        for position in np.flatnonzero(pending[:-1]):
+            too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > last - int(time[position])
+    # the model's own notes: their pitches are not struck again in their part while they sound
+    struck = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
+    lengths = np.asarray(tokenizer.config.duration_steps)
+    written = np.flatnonzero(pending[:-1] & (ids[1:] >= tokenizer.duration_offset) & (ids[1:] < tokenizer.control_offset)) + 1
+    for position in written:  # a DURATION of the model's note: the PITCH is the last one before it
+        pitch = ids[np.flatnonzero(is_pitch[:position])[-1]]
+        onset, end = time[position], time[position] + lengths[ids[position] - tokenizer.duration_offset]
+        after = np.arange(len(ids) - 1) >= position
+        struck[np.flatnonzero(after & (time[:-1] >= onset) & (time[:-1] < end)), pitch] = True
 
     def rules(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         logits = stop_shifts_at(logits, shift_ids, steps[index], merge=anticipating)
         mask = banned.to(logits.device).expand_as(logits).clone()
         if too_long is not None:
             mask |= too_long[index].to(logits.device)
+        mask |= struck[index].to(logits.device)
         mask[:, tokenizer.eos_id] = remain[index].to(logits.device)
         return logits.masked_fill(mask, float("-inf"))
 
     return token_nll(model, ids, seq_len, stride, rules=rules)
+
+
+def _waiting_for_length(tokenizer: MidiDurationTokenizer, ids: np.ndarray, is_given: np.ndarray) -> np.ndarray:
+    """Where a PITCH the decoder's model wrote waits for its DURATION, bool ``(len(ids),)``: at the PITCH and at
+    the VELOCITY ids after it (as :func:`constrained_decode` reads them: any other id ends the wait)."""
+    is_written_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset) & ~is_given
+    is_velocity = (ids >= tokenizer.velocity_offset) & (ids < tokenizer.pitch_offset)
+    pending = np.zeros(len(ids), dtype=bool)
+    for position in range(len(ids)):
+        pending[position] = is_written_pitch[position] or (position > 0 and pending[position - 1] and is_velocity[position])
+    return pending
 
 
 def _onset_groups(tokenizer: MidiDurationTokenizer, ids: Any) -> list[tuple[int, list[int]]]:
@@ -533,7 +580,7 @@ def harmonize_to_files(
     controls: Controls | None = None,
     num_samples: int = 1,
     seed: int | None = None,
-    max_new_tokens: int = 2048,
+    max_new_tokens: int | None = None,
     audio: bool = True,
     sample_rate: int = 16000,
     soundfont: str | Path | None = None,
@@ -573,7 +620,7 @@ def infill_to_files(
     controls: Controls | None = None,
     num_samples: int = 1,
     seed: int | None = None,
-    max_new_tokens: int = 2048,
+    max_new_tokens: int | None = None,
     audio: bool = True,
     sample_rate: int = 16000,
     soundfont: str | Path | None = None,

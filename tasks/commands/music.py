@@ -31,6 +31,7 @@ from multimodal.music import (
 )
 from multimodal.music.harmonize import (
     LOOKAHEAD_IDS,
+    NEW_IDS_PER_SECOND,
     can_look_ahead,
     check_melody,
     harmonize_to_files,
@@ -50,6 +51,9 @@ from multimodal.tokenizers.music_controls import (
 )
 from tasks.arguments import count, non_negative_float, sampling_from_args
 
+CONTINUATION_IDS = 512
+"""The ids a continuation adds unless ``--max-new-tokens`` says (about 20 s of a chorale)."""
+
 
 # ---------------------------------------------------------------------------------- multimodal generate
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,15 +67,15 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="length of the primer (s); 0: start from nothing, as the controls say")  # fmt: skip
     parser.add_argument("--num-samples", type=count(MAX_SAMPLES), default=1,
                         help=f"continuations of the primer (at most {MAX_SAMPLES:,})")  # fmt: skip
-    parser.add_argument("--max-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=512,
-                        help=f"events to add (at most {MAX_NEW_TOKENS:,})")  # fmt: skip
+    parser.add_argument("--max-new-tokens", type=count(MAX_NEW_TOKENS, low=0), default=None,
+                        help=f"events to add (default {CONTINUATION_IDS}; with --harmonize / --infill: what the span "
+                             f"needs, {NEW_IDS_PER_SECOND} a second; at most {MAX_NEW_TOKENS:,})")  # fmt: skip
     parser.add_argument("--no-audio", action="store_true", help="skip the WAV preview")
     parser.add_argument("--soundfont", default=None, help="a .sf2/.sf3 file to render the WAV with, or 'sine' "
                         "(default: $MULTIMODAL_SOUNDFONT, else pretty_midi's TimGM6mb.sf2; docs/music.md)")  # fmt: skip
     harmony = parser.add_argument_group("harmonize (models trained with parts, data.num_parts > 1; docs/music.md)")
     harmony.add_argument("--harmonize", type=Path, metavar="MELODY.mid",
-                         help="write the other parts around this one-line melody (its notes kept exactly; "
-                              "--max-new-tokens bounds the new parts: raise it for long melodies)")  # fmt: skip
+                         help="write the other parts around this one-line melody (its notes kept exactly)")
     harmony.add_argument("--melody-part", default="1", help="the melody's part: a number from 1 or a part's name")
     harmony.add_argument("--parts", nargs="+", default=None,
                          help="the parts to write (numbers from 1 or names; default: all the others, or all for "
@@ -142,7 +146,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     primer = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args))
     paths = continue_music(
         model, tokenizer, primer, args.out, _sampling(args, tokenizer), num_samples=args.num_samples,
-        max_new_tokens=args.max_new_tokens, seed=args.seed, progress=True, audio=not args.no_audio,
+        max_new_tokens=_continuation_ids(args), seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
     print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({len(primer)} events)")
@@ -195,6 +199,11 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
     print(f"filled {start:g}-{end:g} s of {args.primer}")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
+
+
+def _continuation_ids(args: argparse.Namespace) -> int:
+    """``--max-new-tokens`` of a continuation: as given, else :data:`CONTINUATION_IDS`."""
+    return CONTINUATION_IDS if args.max_new_tokens is None else args.max_new_tokens
 
 
 def _seconds(text: str) -> float:
@@ -265,7 +274,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
                          f"({len(skipped)} skipped)")  # fmt: skip
     paths = continue_primers(
         model, tokenizer, primers, args.out, _sampling(args, tokenizer), batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens, seed=args.seed, audio=not args.no_audio, soundfont=args.soundfont,
+        max_new_tokens=_continuation_ids(args), seed=args.seed, audio=not args.no_audio, soundfont=args.soundfont,
         overwrite=args.overwrite,
     )  # fmt: skip
     print(f"continued the first {args.primer_seconds:g} s of {len(paths)} file(s) of {args.primer}"

@@ -82,7 +82,7 @@ class MusicSession:
         leaning = tonality.key_emphasis(self.tokenizer, controls.key, key_emphasis) if key_emphasis else {}
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale, **leaning)
         if harmonize:
-            return self._harmonize(upload, controls, length, sampling, seed, avoid_parallels)
+            return self._harmonize(upload, controls, sampling, seed, avoid_parallels)
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -115,7 +115,7 @@ class MusicSession:
         shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
         return self.folder / f"request_{number}"
 
-    def _harmonize(self, upload: str | None, controls, length: int, sampling: SamplingConfig, seed: int,
+    def _harmonize(self, upload: str | None, controls, sampling: SamplingConfig, seed: int,
                    avoid_parallels: bool = False) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The uploaded melody (its notes kept exactly) with the other parts written by the model."""
         import gradio as gr
@@ -126,7 +126,7 @@ class MusicSession:
             melody = check_melody(read_midi_notes(upload), Path(upload).name)
             (path,) = harmonize_to_files(self.task.model, self.tokenizer, melody, self._request_folder(),
                                          sampling, controls=controls,
-                                         seed=seed, max_new_tokens=4 * length, audio=True,
+                                         seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
             raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
@@ -150,7 +150,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 piece = gr.Dropdown(names, value=names[0] if names else None, label="held-out piece")
                 upload = gr.File(label="or your MIDI file", file_types=[".mid", ".midi"], type="filepath")
                 seconds = gr.Slider(*SECONDS, value=6, step=0.5, label="primer (seconds)")
-                length = gr.Slider(*NEW_EVENTS, value=512, step=16, label="new events")
+                length = gr.Slider(*NEW_EVENTS, value=512, step=16,
+                                   label="new events (a continuation; a harmonization follows the melody)")
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
