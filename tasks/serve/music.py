@@ -55,13 +55,14 @@ class MusicSession:
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
         density: float | None = None, harmonize: bool = False, guidance_scale: float = 1.0,
-        avoid_parallels: bool = False, key_emphasis: float = 0.0,
+        avoid_parallels: bool = False, key_emphasis: float = 0.0, parts: list[str] | None = None,
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
         trained with controls (empty: the model's choice); with ``harmonize`` the upload is a melody kept
         exactly and the model writes the other parts (a model with parts; ``avoid_parallels``: with no parallel
-        fifths or octaves, :class:`~multimodal.music.voice_leading.ParallelsRule`); ``key_emphasis`` leans towards
+        fifths or octaves, :class:`~multimodal.music.voice_leading.ParallelsRule`; ``parts``: the names of the parts
+        it writes, :meth:`part_names`, None or empty: every part but the melody's); ``key_emphasis`` leans towards
         the key's tonic chord (:func:`~multimodal.music.tonality.key_emphasis`). A ``gradio.Error`` (one line) for
         an upload that is not MIDI, a setting outside its widget's bounds, or a control the model does not know."""
         import gradio as gr
@@ -82,7 +83,7 @@ class MusicSession:
         leaning = tonality.key_emphasis(self.tokenizer, controls.key, key_emphasis) if key_emphasis else {}
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale, **leaning)
         if harmonize:
-            return self._harmonize(upload, controls, sampling, seed, avoid_parallels)
+            return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts)
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -115,24 +116,35 @@ class MusicSession:
         shutil.rmtree(self.folder / f"request_{number - KEEP}", ignore_errors=True)
         return self.folder / f"request_{number}"
 
+    def part_names(self) -> list[str]:
+        """The names of the model's parts after the first, which holds an uploaded melody (none without parts)."""
+        config = self.tokenizer.config
+        return [config.part_name(part) for part in range(1, getattr(config, "num_parts", 1))]
+
     def _harmonize(self, upload: str | None, controls, sampling: SamplingConfig, seed: int,
-                   avoid_parallels: bool = False) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
-        """The uploaded melody (its notes kept exactly) with the other parts written by the model."""
+                   avoid_parallels: bool = False, parts: list[str] | None = None,
+                   ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
+        """The uploaded melody (its notes kept exactly) with the other parts, or the named ``parts``, written."""
         import gradio as gr
 
         if not upload:
             return None, None, None, "Upload a one-line melody (a MIDI file) to harmonize."
+        names = self.part_names()
+        if parts and not set(parts) <= set(names):
+            raise gr.Error(f"Parts {', '.join(sorted(set(parts) - set(names)))}: choose among {', '.join(names)}.")
+        chosen = [1 + names.index(name) for name in parts] if parts else None
         try:
             melody = check_melody(read_midi_notes(upload), Path(upload).name)
             (path,) = harmonize_to_files(self.task.model, self.tokenizer, melody, self._request_folder(),
-                                         sampling, controls=controls,
+                                         sampling, controls=controls, parts=chosen,
                                          seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
             raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
         part = self.tokenizer.config.part_name(0)
+        written = ", ".join(names[index - 1] for index in chosen) if chosen else "the other parts"
         return (str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path),
-                f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote the other parts.")
+                f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
 
 
 def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> Any:
@@ -159,6 +171,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                                         visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
                 avoid_parallels = gr.Checkbox(False, label="harmonize without parallel fifths or octaves",
                                               visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
+                parts = gr.CheckboxGroup(session.part_names(), label="parts to write (none ticked: all of them)",
+                                         visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
                 with gr.Row(visible=directed):  # a model trained with controls (docs/music.md)
                     style = gr.Dropdown(["", *STYLES], value="", label="style")
                     key = gr.Dropdown(["", *KEYS], value="", label="key")
@@ -175,6 +189,7 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 roll = gr.Image(label="piano roll: primer blue, continuation orange", type="filepath")
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
-                                                key, meter, density, harmonize, guidance, avoid_parallels, emphasis],
+                                                key, meter, density, harmonize, guidance, avoid_parallels, emphasis,
+                                                parts],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

@@ -131,6 +131,15 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     *_, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True,
                                           avoid_parallels=True)  # fmt: skip
     assert "tune.mid: 8 notes kept as the Soprano" in message  # the page's upload, harmonized
+    assert session.part_names() == SATB[1:]  # the page's choice of parts to write
+    *_, midi_path, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0,
+                                                     harmonize=True, parts=["Bass", "Alto"])  # fmt: skip
+    assert message.endswith("the model wrote Bass, Alto.")
+    assert {t.name for t in pretty_midi.PrettyMIDI(midi_path).instruments if t.notes} <= {"Soprano", "Alto", "Bass"}
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match="Parts Quinto: choose among Alto, Tenor, Bass"):
+        session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True, parts=["Quinto"])
     from test_reliability import one_line_error
 
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "y", "--harmonize",
