@@ -93,6 +93,7 @@ def save_model_folder(
     task: str | None = None,
     task_settings: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
+    training_data: dict[str, Any] | None = None,
     readme: str | None = None,
     dtype: torch.dtype | None = None,
     quantize: str | None = None,
@@ -107,6 +108,8 @@ def save_model_folder(
         task: Class path of the task that trained it (the CLI commands rebuild that task).
         task_settings: The task's other init arguments (class names, sampling defaults, ...).
         data: The data settings of the run (held-out pieces, context length) for the commands.
+        training_data: What the run's training data showed that the commands check inputs against, e.g. a music
+            model's ``part_ranges`` (:func:`multimodal.music.ranges.part_ranges`).
         readme: Text of ``README.md``.
         dtype: Store the floating-point weights in this dtype (``torch.float16``: half the size); :func:`load`
             reads them back into a float32 model. None: as they are.
@@ -129,6 +132,8 @@ def save_model_folder(
         meta["task"], meta["task_settings"] = task, task_settings or {}
     if data is not None:
         meta["data"] = data
+    if training_data:
+        meta["training_data"] = training_data
     if tokenizer is not None:
         tokenizer.save(folder / TOKENIZER_FILE)
         meta["tokenizer_class"] = f"{type(tokenizer).__module__}.{type(tokenizer).__qualname__}"

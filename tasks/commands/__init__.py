@@ -91,8 +91,10 @@ A command module (or :class:`TaskCommands`) has, for ``multimodal NAME`` (``gene
 
 - ``add_NAME_arguments(parser)``: adds the task's options (it may also explain what to run instead, and exit);
 - ``run_NAME(model, tokenizer, args, data)``: runs the command with the checkpoint's model (eval mode,
-  on ``--device``), its tokenizer (or None), the parsed options and the run's data settings
-  (:attr:`tasks.checkpoint.CommandModel.data`).
+  on ``--device``), its tokenizer (or None), the parsed options (``args.model_source``: the checkpoint or
+  model folder) and the run's data settings (:attr:`tasks.checkpoint.CommandModel.data`);
+- ``training_data(data)`` (optional): what ``multimodal export`` records of the run's training data for the
+  commands to check inputs against (a model folder's ``training_data``), or None.
 
 A command without ``run_NAME`` is refused.
 """

@@ -68,6 +68,7 @@ def _run_task_command(name: str, parser: argparse.ArgumentParser, argv: list[str
     if name == "generate":
         _check_decoding(parser, args)
     apply_inference_arguments(parser, loaded.model, args)
+    args.model_source = path  # the checkpoint or model folder, for what the run's data showed (its ranges)
     run(loaded.model, loaded.tokenizer, args, loaded.data)
 
 

@@ -53,7 +53,8 @@ def export_model_folder(checkpoint: str | Path, out: str | Path, half: bool = Fa
     import torch  # not for `multimodal export --help`
 
     from multimodal.convert.folder import save_model_folder
-    from tasks.checkpoint import load_task, read_checkpoint
+    from tasks.checkpoint import load_task, read_checkpoint, registered_task_name
+    from tasks.commands import task_commands
 
     path = resolve_checkpoint(checkpoint)
     saved = read_checkpoint(path)
@@ -68,8 +69,10 @@ def export_model_folder(checkpoint: str | Path, out: str | Path, half: bool = Fa
     out = Path(out)
     run_config = _run_config(path)
     readme = describe_run(task, saved, path, run_config)
+    record = getattr(task_commands(registered_task_name(saved["multimodal"]["task"], str(path))), "training_data", None)
     save_model_folder(task.model, out, tokenizer=tokenizer, task=saved["multimodal"]["task"], task_settings=settings,
-                      data=data, readme=readme, dtype=torch.float16 if half else None, quantize=quantize)  # fmt: skip
+                      data=data, training_data=record(data) if record is not None else None, readme=readme,
+                      dtype=torch.float16 if half else None, quantize=quantize)  # fmt: skip
     if run_config is not None:
         shutil.copyfile(run_config, out / "training_config.yaml")
     return out

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from multimodal.convert.folder import is_model_folder, read_model_folder
 from multimodal.data.music import MidiCorpus, load_bach_chorales, load_midi_files
 from multimodal.data.music21_collections import check_collections
 from multimodal.data.music21_corpus import collections_converted, load_music21_corpus
@@ -37,6 +38,7 @@ from multimodal.music.harmonize import (
     harmonize_to_files,
     infill_to_files,
 )
+from multimodal.music.ranges import PartRanges, check_melody_range, part_ranges
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
@@ -123,7 +125,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     if args.lookahead is not None and args.harmonize is None:
         raise ValueError("--lookahead: an option of --harmonize")
     if args.harmonize is not None:
-        _harmonize(model, tokenizer, args)
+        _harmonize(model, tokenizer, args, data)
         return
     if args.infill is not None:
         _infill(model, tokenizer, args)
@@ -154,7 +156,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav preview'})")
 
 
-def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
+def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace, data: Mapping[str, Any]) -> None:
     """``--harmonize MELODY``: the melody's notes kept exactly, the model writes the other parts."""
     if getattr(tokenizer.config, "num_parts", 1) < 2:
         raise ValueError("--harmonize: this model has no parts; train one with data.num_parts > 1 (docs/music.md)")
@@ -166,6 +168,9 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         raise ValueError(f"--lookahead: this model cannot read a melody {args.lookahead!r} (its vocabulary has no "
                          "such ids; fine-tune it with configs/music_given_notes.yaml, docs/music.md)")  # fmt: skip
     melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
+    ranges = model_part_ranges(getattr(args, "model_source", None), data)
+    if ranges is not None:
+        check_melody_range(melody, ranges[melody_part], tokenizer.config.part_name(melody_part), str(args.harmonize))
     paths = harmonize_to_files(
         model, tokenizer, melody, args.out, _sampling(args, tokenizer), melody_part=melody_part, parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
@@ -323,6 +328,28 @@ def _score_row(name: str, score: MusicScore) -> str:
 
 
 # ------------------------------------------------------------------------------------- the run's pieces
+def training_data(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``multimodal export`` records of a run's training pieces (``data``: its settings): the pitch range of
+    each part (:func:`~multimodal.music.ranges.part_ranges`, widened by the run's ``max_transpose``), which
+    ``--harmonize`` holds a melody to. None for a model without parts, or when the pieces are not at hand."""
+    num_parts = int(data.get("num_parts", 1))
+    if num_parts < 2 or not pieces_at_hand(data):
+        return None
+    pieces = run_pieces(data, "train").notes
+    return {"part_ranges": part_ranges(pieces, num_parts, int(data.get("max_transpose", 0)))}
+
+
+def model_part_ranges(source: str | Path | None, data: Mapping[str, Any]) -> PartRanges | None:
+    """The part ranges of the model from ``source`` (a model folder's ``training_data``; else the run's training
+    pieces, when at hand: :func:`training_data`), or None where neither says."""
+    if source is not None and is_model_folder(source):
+        recorded = read_model_folder(source).get("training_data", {}).get("part_ranges")
+        if recorded is not None:
+            return [tuple(span) if span is not None else None for span in recorded]
+    facts = training_data(data)
+    return None if facts is None else facts["part_ranges"]
+
+
 def pieces_at_hand(data: Mapping[str, Any]) -> bool:
     """Whether a run's pieces load in seconds here: False for music21 collections not converted on this machine
     (a shipped model's, until ``multimodal data music21`` has run: the conversion takes minutes)."""

@@ -3,6 +3,7 @@ directed by --style/--key/--meter, writing one named track per part."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -146,6 +147,34 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
                            tmp_path / "tune.mid", "--lookahead", "blocks"], capsys, monkeypatch)  # fmt: skip
     assert line.startswith("error: --lookahead: this model cannot read a melody 'blocks'")
     assert not (tmp_path / "y").exists()
+
+    # a melody outside the range its part had in training is one line naming the range and an octave that fits
+    from tasks.commands import music as music_commands
+    from tasks.commands.music import run_pieces
+
+    sopranos = [int(row[0]) for notes in run_pieces(data, "train").notes for row in notes if row[4] == 0]
+    low, high = max(min(sopranos) - data["max_transpose"], 0), min(max(sopranos) + data["max_transpose"], 127)
+    high_line = pretty_midi.PrettyMIDI()
+    high_line.instruments.append(pretty_midi.Instrument(0))
+    high_line.instruments[0].notes = [pretty_midi.Note(90, pitch + 24, 0.5 * i, 0.5 * i + 0.5) for i, pitch in
+                                      enumerate([67, 69, 71, 72])]  # fmt: skip
+    high_line.write(str(tmp_path / "high.mid"))
+    expected = (f"error: {tmp_path / 'high.mid'}: its notes go from 91 to 96 (MIDI pitch), outside the range Soprano had "
+                f"in the model's training music, {low} to {high}; transposed by -24 semitones it fits")  # fmt: skip
+    line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "z", "--harmonize",
+                           tmp_path / "high.mid"], capsys, monkeypatch)  # fmt: skip
+    assert line.startswith(expected) and not (tmp_path / "z").exists()
+    main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "folder")])
+    recorded = json.loads((tmp_path / "folder/config.json").read_text())["training_data"]["part_ranges"]
+    assert recorded[0] == [low, high] and len(recorded) == 4
+    with monkeypatch.context() as patch:
+        patch.setattr(music_commands, "pieces_at_hand", lambda data: False)  # the folder's record alone
+        line = one_line_error(["generate", "--checkpoint", tmp_path / "folder", "--out", tmp_path / "z", "--harmonize",
+                               tmp_path / "high.mid"], capsys, patch)  # fmt: skip
+    assert line.startswith(expected)
+    with pytest.raises(gr.Error, match="outside the range Soprano had in the model's training music"):
+        MusicSession(task, tokenizer, data, checkpoint).continue_primer(None, str(tmp_path / "high.mid"), 3.0, 32, 1.0,
+                                                                        0.95, 0, harmonize=True)  # fmt: skip
 
 
 def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chorales, tmp_path, capsys, monkeypatch):
