@@ -364,12 +364,14 @@ def run_pieces(data: Mapping[str, Any], split: str) -> MidiCorpus:
     :func:`tasks.checkpoint.data_settings`). Runs saved before the test split existed trained on
     every piece outside validation, so for them ``"test"`` is empty and ``"train"`` is all the rest.
     """
-    from tasks.datamodules.music import midi_folder_corpus
-
     midi_dir, collections = data.get("midi_dir"), data.get("collections")
     if collections:
         corpus = load_music21_corpus(check_collections(list(collections), warn=False), limit=data.get("limit"),
                                      num_parts=data.get("num_parts", 1))  # fmt: skip
+    elif midi_dir:
+        from tasks.datamodules.music import midi_folder_corpus  # the package imports Lightning: only when needed
+
+        corpus = midi_folder_corpus(midi_dir)
     else:
-        corpus = midi_folder_corpus(midi_dir) if midi_dir else load_bach_chorales(limit=data.get("limit"))
+        corpus = load_bach_chorales(limit=data.get("limit"))
     return corpus.split(split, data.get("validation_percent", 10), data.get("test_percent", 0))
