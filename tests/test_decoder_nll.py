@@ -68,11 +68,16 @@ def naive_decoder_nll(model, tokenizer, ids, is_given, parts, position) -> float
         if event.kind != "VELOCITY":
             waiting = token if event.kind == "PITCH" and not is_given[q] else None
     sounding = {token for token, onset, end in own if onset <= time < end}
+    last_own = None if is_given[position - 1] else kinds[position - 1]  # the id before, if the model wrote it
     allowed = np.zeros(len(probs))
     for token in range(len(probs)):
         event = tokenizer.token_to_event(token)
         if event.kind == "AHEAD" or (event.kind == "PITCH" and event.value // 128 not in parts) or token in sounding:
             continue
+        if event.kind in ("PAD", "BOS", "STYLE", "KEY", "METER", "DENSITY"):  # a sequence's opening, not music
+            continue
+        if (waiting is not None) != (event.kind == "DURATION") or (last_own == "VELOCITY" and event.kind == "VELOCITY"):
+            continue  # after the model's PITCH its length alone, a length nowhere else, one VELOCITY before a note
         if event.kind == "EOS" and until is not None:
             continue
         if event.kind == "TIME_SHIFT" and until is not None:
@@ -107,7 +112,7 @@ def test_the_nll_of_each_written_id_follows_the_decoders_rules_computed_naively(
     ids = np.r_[head, body]
     is_given = np.r_[np.zeros(len(head), dtype=bool), given]
     got = decoder_token_nll(model, tokenizer, ids, is_given, [1, 2, 3], seq_len=4096)
-    written = np.flatnonzero(~is_given[1:]) + 1
+    written = np.flatnonzero(~is_given[len(head):]) + len(head)  # the head (BOS, controls) is the caller's
     shifts = [p for p in written if tokenizer.token_to_event(int(ids[p])).kind == "TIME_SHIFT"]
     pitches = [p for p in written if tokenizer.token_to_event(int(ids[p])).kind == "PITCH"]
     checked = sorted(set(shifts[:40] + pitches[:10] + list(written[-5:])))

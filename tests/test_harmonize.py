@@ -3,6 +3,7 @@ the allowed parts, inside the span."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from types import SimpleNamespace
 
@@ -183,6 +184,34 @@ class Repeater(Ostinato):
             logits[..., tokenizer.pitch_offset + 128 + 50] = 30.0
             logits[..., tokenizer.time_shift_offset + 24] = 20.0
         return logits
+
+
+class Babbler(Adversary):
+    """Wants what is no music at all: BOS, PAD and control ids, lengths with no note, VELOCITY after VELOCITY."""
+
+    def __init__(self, tokenizer: MidiDurationTokenizer) -> None:
+        super().__init__(tokenizer)
+        self.bias = torch.zeros(tokenizer.vocab_size)
+        self.bias[[tokenizer.bos_id, tokenizer.pad_id]] = 30.0
+        self.bias[tokenizer.control_offset : tokenizer.ahead_offset] = 30.0
+        self.bias[tokenizer.duration_offset : tokenizer.control_offset] = 20.0
+        self.bias[tokenizer.velocity_offset : tokenizer.pitch_offset] = 15.0
+
+
+@TOKENIZERS
+def test_the_decoder_writes_only_notes_as_the_grammar_has_them(tokenizer):
+    line = melody(np.random.default_rng(2))
+    given = np.column_stack([line, np.zeros(len(line))])
+    head = 1 + len(tokenizer.control_ids())
+    ids = harmonize(Babbler(tokenizer), tokenizer, given, parts=[1, 2], max_new_tokens=300, lookahead=RICHEST[id(tokenizer)])
+    kinds = [tokenizer.token_to_event(int(token)).kind for token in ids[head:]]
+    pairs = list(itertools.pairwise(kinds))
+    assert not {"PAD", "BOS", "STYLE", "KEY", "METER", "DENSITY"} & set(kinds)
+    assert all(before == "PITCH" for before, kind in pairs if kind == "DURATION")
+    assert all(kind == "DURATION" for before, kind in pairs if before == "PITCH")
+    assert not any(before == kind == "VELOCITY" for before, kind in pairs)
+    notes = tokenizer.decode_notes(ids)
+    assert exact(notes[notes[:, 4] == 0]) == exact(line) and (notes[:, 4] == 1).any()  # notes, and the melody kept
 
 
 @TOKENIZERS

@@ -10,6 +10,10 @@ exactly, by construction, and the model only adds to the other parts:
   until every given note is written;
 - the PITCH ids of the given parts, and of parts the caller did not allow, are masked, so the model
   never adds a note to the melody;
+- the model writes notes as the vocabulary does, ``[VELOCITY] PITCH DURATION`` (after its PITCH only a
+  DURATION, a DURATION nowhere else, one VELOCITY at a time), and never BOS, PAD or a control id, which open
+  a sequence: the shipped model, left free, wrote lengths with no note and control ids mid-piece until the
+  budget ran out, in 3 of the first 12 test chorales' sopranos;
 - a pitch that sounds in a part (a given note, or one the model wrote) is not struck again in that part
   until it ends: a second strike would cut the note or merge with it, which the training data never shows,
   and an untrained or unlucky model could repeat one note without end at one onset;
@@ -269,6 +273,7 @@ def constrained_decode(
     announcing = anticipating and announce and not read_ahead and len(announced)
     announcer = AheadAnnouncer(tokenizer, announced) if announcing else None
     banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
+    is_duration, is_velocity = note_grammar(tokenizer)
     # given notes of the parts the model writes (a note sounding into an infill span): the model may not
     # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
     kept = given[np.isin(given[:, 4], parts)] if len(given) else given
@@ -296,6 +301,7 @@ def constrained_decode(
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
     written_pitch = -1  # that PITCH
+    own_velocity = False  # the last id is a VELOCITY the model wrote
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -335,8 +341,13 @@ def constrained_decode(
                         mask[tokenizer.eos_id] = True
                         logits = stop_shifts_at(logits[None], shift_ids, torch.tensor([next_onset - time]),
                                                 merge=anticipating)[0]  # fmt: skip
-                    if pending:
-                        mask[duration_ids[durations > last - time]] = True  # it ends by the window's end
+                    if pending:  # the model's PITCH: only its length, and it ends by the window's end
+                        mask |= ~is_duration
+                        mask[duration_ids[durations > last - time]] = True
+                    else:
+                        mask |= is_duration  # a length only after a PITCH
+                        if own_velocity:
+                            mask |= is_velocity  # one VELOCITY before a note
                     if parallels is not None and first <= time < last:  # outside, no pitch may start anyway
                         mask |= parallels.banned(time)  # also after a PITCH: another PITCH would replace it
                     scores = add_logit_bias(logits.float().cpu()[None], sampling.logit_bias, sampling.logit_bias_group)
@@ -381,6 +392,7 @@ def constrained_decode(
                 if tokenizer.duration_offset <= token < tokenizer.control_offset:
                     note_ahead = 0
                 ids.append(token)
+                own_velocity = own and tokenizer.velocity_offset <= token < tokenizer.pitch_offset
                 logits = model(torch.tensor([[token]], device=device), state=state)[0, -1]
     finally:
         model.train(was_training)
@@ -429,14 +441,27 @@ class AheadAnnouncer:
 
 def banned_ids(tokenizer: MidiDurationTokenizer, parts: list[int]) -> torch.Tensor:
     """bool ``(vocab,)``: the ids the decoder never lets the model write inside the window — the PITCH ids of
-    parts not in ``parts``, and every AHEAD id (given notes come from the caller, never from the model)."""
+    parts not in ``parts``, every AHEAD and infilling id (given notes come from the caller, never from the
+    model), and PAD, BOS and the control ids (they open a sequence, which the caller writes)."""
     banned = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
     banned[tokenizer.pitch_offset : tokenizer.duration_offset] = True
     for part in parts:
         offset = tokenizer.pitch_offset + part * NUM_PITCHES
         banned[offset : offset + NUM_PITCHES] = False
-    banned[tokenizer.ahead_offset :] = True
+    banned[tokenizer.control_offset :] = True
+    banned[[tokenizer.pad_id, tokenizer.bos_id]] = True
     return banned
+
+
+def note_grammar(tokenizer: MidiDurationTokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """bool ``(vocab,)`` masks of the DURATION and the VELOCITY ids, for the decoder's grammar of a note,
+    ``[VELOCITY] PITCH DURATION``: after the model's PITCH only a DURATION, a DURATION only after it, and no
+    VELOCITY right after the model's VELOCITY (it names the loudness of the note that follows)."""
+    is_duration = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
+    is_duration[tokenizer.duration_offset : tokenizer.control_offset] = True
+    is_velocity = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
+    is_velocity[tokenizer.velocity_offset : tokenizer.pitch_offset] = True
+    return is_duration, is_velocity
 
 
 def stop_shifts_at(logits: torch.Tensor, shift_ids: torch.Tensor, steps: torch.Tensor, merge: bool = True) -> torch.Tensor:
@@ -486,7 +511,7 @@ def decoder_token_nll(
     never as a given note at its onset. The NLL
     of a given id is not meaningful (it may be ``inf``).
     Windows as :func:`~multimodal.music.scoring.token_nll`. The pitches of the model's own notes are never struck
-    again in their part while they sound. Not modelled: no note outside the window, the pitches of given
+    again in their part while they sound, and a note keeps its grammar (:func:`note_grammar`). Not modelled: no note outside the window, the pitches of given
     notes of the written parts while they sound, and ``avoid_parallels``.
     """
     from multimodal.music.scoring import token_nll
@@ -530,6 +555,11 @@ def decoder_token_nll(
         onset, end = time[position], time[position] + lengths[ids[position] - tokenizer.duration_offset]
         after = np.arange(len(ids) - 1) >= position
         struck[np.flatnonzero(after & (time[:-1] >= onset) & (time[:-1] < end)), pitch] = True
+    # the grammar of a note: after the model's PITCH only a DURATION, else no DURATION; no VELOCITY after its VELOCITY
+    is_duration, is_velocity = note_grammar(tokenizer)
+    struck |= torch.where(torch.as_tensor(pending[:-1])[:, None], ~is_duration, is_duration)
+    own_velocity = (ids >= tokenizer.velocity_offset) & (ids < tokenizer.pitch_offset) & ~is_given & ~pending
+    struck[torch.as_tensor(own_velocity[:-1])] |= is_velocity
 
     def rules(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         logits = stop_shifts_at(logits, shift_ids, steps[index], merge=anticipating)
@@ -537,7 +567,7 @@ def decoder_token_nll(
         if too_long is not None:
             mask |= too_long[index].to(logits.device)
         mask |= struck[index].to(logits.device)
-        mask[:, tokenizer.eos_id] = remain[index].to(logits.device)
+        mask[:, tokenizer.eos_id] |= remain[index].to(logits.device)
         return logits.masked_fill(mask, float("-inf"))
 
     return token_nll(model, ids, seq_len, stride, rules=rules)
