@@ -67,7 +67,7 @@ def naive_decoder_nll(model, tokenizer, ids, is_given, parts, position) -> float
             own.append((waiting, now, now + event.value))
         if event.kind != "VELOCITY":
             waiting = token if event.kind == "PITCH" and not is_given[q] else None
-    sounding = {token for token, onset, end in own if onset <= time < end}
+    sounding = {token for token, onset, _ in own if onset == time}  # struck once an onset at most
     last_own = None if is_given[position - 1] else kinds[position - 1]  # the id before, if the model wrote it
     allowed = np.zeros(len(probs))
     for token in range(len(probs)):

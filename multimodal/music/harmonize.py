@@ -14,9 +14,10 @@ exactly, by construction, and the model only adds to the other parts:
   DURATION, a DURATION nowhere else, one VELOCITY at a time), and never BOS, PAD or a control id, which open
   a sequence: the shipped model, left free, wrote lengths with no note and control ids mid-piece until the
   budget ran out, in 3 of the first 12 test chorales' sopranos;
-- a pitch that sounds in a part (a given note, or one the model wrote) is not struck again in that part
-  until it ends: a second strike would cut the note or merge with it, which the training data never shows,
-  and an untrained or unlucky model could repeat one note without end at one onset;
+- a pitch that a given note sounds in a written part is not struck in that part until it ends (a strike
+  would cut the given note or merge with it), and the model strikes a pitch in a part once an onset at most:
+  one sample of the shipped model struck one note 121 times at one onset. A later strike of its own note
+  ends it, as the vocabulary's rule has it (a repeated note: the model guessed the first length too long);
 - ``avoid_parallels=True``: each part the model writes sings one note at a time, and the pitches
   that would make parallel fifths or octaves with a part that has moved at the same onset are masked
   (:class:`~multimodal.music.voice_leading.ParallelsRule`).
@@ -365,8 +366,9 @@ def constrained_decode(
                     pending, written_pitch = own, token
                 elif not tokenizer.velocity_offset <= token < tokenizer.pitch_offset:
                     if pending and tokenizer.duration_offset <= token < tokenizer.control_offset:
-                        # the model's own note: its pitch in its part is not struck again while it sounds
-                        sounding.append((written_pitch, time, time + int(durations[token - tokenizer.duration_offset])))
+                        # the model's own note: its pitch in its part is not struck twice at one onset (a later
+                        # strike ends it, as the vocabulary's rule has it: a repeated note)
+                        sounding.append((written_pitch, time, time + 1))
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1
@@ -510,8 +512,8 @@ def decoder_token_nll(
     probability for every id arriving earlier). The block's ids are read, not decoded: they count as given,
     never as a given note at its onset. The NLL
     of a given id is not meaningful (it may be ``inf``).
-    Windows as :func:`~multimodal.music.scoring.token_nll`. The pitches of the model's own notes are never struck
-    again in their part while they sound, and a note keeps its grammar (:func:`note_grammar`). Not modelled: no note outside the window, the pitches of given
+    Windows as :func:`~multimodal.music.scoring.token_nll`. The model strikes a pitch in a part once an onset at
+    most, and a note keeps its grammar (:func:`note_grammar`). Not modelled: no note outside the window, the pitches of given
     notes of the written parts while they sound, and ``avoid_parallels``.
     """
     from multimodal.music.scoring import token_nll
@@ -546,15 +548,12 @@ def decoder_token_nll(
         lengths = torch.as_tensor(tokenizer.config.duration_steps)
         for position in np.flatnonzero(pending[:-1]):
             too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > last - int(time[position])
-    # the model's own notes: their pitches are not struck again in their part while they sound
+    # the model's own notes: their pitches are not struck twice in their part at one onset
     struck = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
-    lengths = np.asarray(tokenizer.config.duration_steps)
     written = np.flatnonzero(pending[:-1] & (ids[1:] >= tokenizer.duration_offset) & (ids[1:] < tokenizer.control_offset)) + 1
     for position in written:  # a DURATION of the model's note: the PITCH is the last one before it
         pitch = ids[np.flatnonzero(is_pitch[:position])[-1]]
-        onset, end = time[position], time[position] + lengths[ids[position] - tokenizer.duration_offset]
-        after = np.arange(len(ids) - 1) >= position
-        struck[np.flatnonzero(after & (time[:-1] >= onset) & (time[:-1] < end)), pitch] = True
+        struck[np.flatnonzero((np.arange(len(ids) - 1) >= position) & (time[:-1] == time[position])), pitch] = True
     # the grammar of a note: after the model's PITCH only a DURATION, else no DURATION; no VELOCITY after its VELOCITY
     is_duration, is_velocity = note_grammar(tokenizer)
     struck |= torch.where(torch.as_tensor(pending[:-1])[:, None], ~is_duration, is_duration)
