@@ -40,6 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protocol import load, record, spread
 
+from multimodal.music.ranges import PartRanges, part_ranges
 from multimodal.music.voice_leading import FOUR_PARTS as VOICES
 from multimodal.music.voice_leading import voice_leading
 
@@ -67,13 +68,15 @@ def run(args: argparse.Namespace) -> None:
     from multimodal.music.harmonize import harmonize
     from multimodal.pretrained import resolve_model
     from tasks.checkpoint import load_task
+    from tasks.commands.music import model_training_data
 
     torch.set_num_threads(2)
     loaded = load_task(resolve_model(args.model))
     model, tokenizer, data = loaded.task.model.eval(), loaded.tokenizer, loaded.data
+    chord_sizes = model_training_data(resolve_model(args.model), data).get("chord_sizes")  # as the command bounds them
     percents = data.get("validation_percent", 10), data.get("test_percent", 10)
     corpus = load_music21_corpus(["bach"], num_parts=data.get("num_parts", 5))
-    ranges = part_ranges(corpus.split("train", *percents).notes)
+    ranges = part_ranges(corpus.split("train", *percents).notes, len(VOICES))  # as Bach wrote them: no transposition
     test = corpus.split("test", *percents)
     chosen = [i for i, notes in enumerate(test.notes) if set(VOICES) <= set(notes[:, 4].astype(int).tolist())]
     chosen = chosen[: args.pieces] if args.pieces else chosen
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
             started = time.perf_counter()
             ids = harmonize(model, tokenizer, soprano, parts=[1, 2, 3], controls=test.controls[index], top_p=0.95,
                             generator=torch.Generator().manual_seed(seed * 1000 + index),
-                            avoid_parallels=args.avoid_parallels)  # fmt: skip
+                            avoid_parallels=args.avoid_parallels, chord_sizes=chord_sizes)  # fmt: skip
             seconds.append(time.perf_counter() - started)
             generated.append(tokenizer.decode_notes(ids))
             kept, given = generated[-1][generated[-1][:, 4] == 0], on_grid(tokenizer, soprano)
@@ -124,16 +127,7 @@ def cut(notes: np.ndarray, seconds: float) -> np.ndarray:
     return kept
 
 
-def part_ranges(pieces: list[np.ndarray]) -> dict[int, tuple[int, int]]:
-    """Lowest and highest pitch of each of :data:`VOICES` over ``pieces``."""
-    pitches = {part: [] for part in VOICES}
-    for notes in pieces:
-        for part in VOICES:
-            pitches[part] += notes[notes[:, 4] == part, 0].astype(int).tolist()
-    return {part: (min(values), max(values)) for part, values in pitches.items() if values}
-
-
-def measure(pieces: list[np.ndarray], ranges: dict[int, tuple[int, int]], real: list[np.ndarray] | None = None) -> dict:
+def measure(pieces: list[np.ndarray], ranges: PartRanges, real: list[np.ndarray] | None = None) -> dict:
     """Voice-leading rates over ``pieces``; with ``real``, the duration/polyphony overlaps against them."""
     from multimodal.music.stats import excerpt_stats, overlaps
 

@@ -228,6 +228,37 @@ def test_a_pitch_is_struck_once_an_onset_and_a_later_strike_ends_the_note(tokeni
     assert whole.sum() > 5 and np.allclose(written[:-1, 2][whole], written[1:, 1][whole])  # the next strike ended it
 
 
+class Clusterer(Ostinato):
+    """Wants every pitch of part 1 at once, a cluster at each onset, then a quarter-second shift."""
+
+    def forward(self, tokens, state=None):
+        tokenizer, last = self.tokenizer, int(tokens[0, -1])
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
+        if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
+            logits[..., self.duration] = 30.0
+        else:
+            logits[..., tokenizer.pitch_offset + 128 + 40 : tokenizer.pitch_offset + 128 + 80] = 30.0
+            logits[..., tokenizer.time_shift_offset + 24] = 20.0
+        return logits
+
+
+@TOKENIZERS
+def test_chord_sizes_bound_the_notes_a_part_starts_at_one_moment(tokenizer):
+    line = melody(np.random.default_rng(3), num_notes=8)
+    given = np.column_stack([line, np.zeros(len(line))])
+
+    def most_at_once(chord_sizes):
+        ids = harmonize(Clusterer(tokenizer), tokenizer, given, parts=[1], max_new_tokens=600, top_k=1,
+                        chord_sizes=chord_sizes, lookahead=RICHEST[id(tokenizer)])  # fmt: skip
+        notes = tokenizer.decode_notes(ids)
+        onsets = np.rint(notes[notes[:, 4] == 1][:, 1] / 0.01).astype(int)
+        assert exact(notes[notes[:, 4] == 0]) == exact(line)
+        return np.bincount(onsets).max()
+
+    assert most_at_once(None) >= 10  # unbounded, the model piles notes on one onset
+    assert most_at_once([1, 2, 1, 1]) == 2
+
+
 def test_a_long_melody_is_harmonized_to_its_end_and_a_budget_that_runs_out_says_where():
     line = melody(np.random.default_rng(0), num_notes=120)  # about a minute: more than 512 new ids at this pace
     given = np.column_stack([line, np.zeros(len(line))])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from multimodal.music.ranges import check_melody_range, part_ranges
+from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
 
 
 def _piece(rng: np.random.Generator, parts: int) -> np.ndarray:
@@ -42,3 +42,11 @@ def test_a_melody_outside_its_parts_range_is_refused_with_the_octave_that_fits()
         check_melody_range(melody, (70, 75), "Soprano")
     with pytest.raises(ValueError, match="the model never saw a note in Part 5 in training"):
         check_melody_range(melody, None, "Part 5")
+
+
+def test_the_chord_sizes_are_the_most_notes_a_part_starts_together():
+    chord = [[60, 0.0, 1.0, 80, 1], [64, 0.004, 1.0, 80, 1], [67, 0.0, 0.5, 80, 1]]  # within one 10 ms step
+    line = [[72, 0.0, 0.5, 80, 0], [74, 0.5, 1.0, 80, 0], [50, 0.5, 1.0, 80, 2], [53, 0.52, 1.0, 80, 2]]
+    pieces = [np.array(chord + line, dtype=float), np.array([[40, 0.0, 1.0, 80, 2], [43, 0.0, 1.0, 80, 2]], dtype=float)]
+    assert part_chord_sizes(pieces, 4) == [1, 3, 2, 0]  # part 2: 50 and 53 are 20 ms apart, 40 and 43 together
+    assert part_chord_sizes([np.array([[60, 0.0, 1.0, 80], [64, 0.0, 1.0, 80]])], 1) == [2]  # (n, 4): part 0

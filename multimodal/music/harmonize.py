@@ -115,6 +115,7 @@ def harmonize(
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
+    chord_sizes: list[int] | None = None,
     lookahead: str | None = None,
     **options: Any,
 ) -> list[int]:
@@ -133,6 +134,9 @@ def harmonize(
         generator: Draws the samples.
         avoid_parallels: One note at a time in each written part, and no new pitch that makes
             parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
+        chord_sizes: The most notes the model may start at one moment in each part (by part; None: no
+            bound) — what its training music had (:func:`~multimodal.music.ranges.part_chord_sizes`), which
+            the commands pass: a model that loses its way can otherwise pile dozens of notes on one onset.
         lookahead: How the model sees the given notes before they sound (module docstring): ``"none"``
             (the default: sight-reading, each note at its onset only), ``"ahead"`` (AHEAD ids) or
             ``"blocks"`` (``GAP AFTER MIDDLE`` ids). Sight-reading is the default because it scored the
@@ -156,7 +160,7 @@ def harmonize(
         raise ValueError(f"lookahead {lookahead!r}: this model's vocabulary has no {LOOKAHEAD_IDS[lookahead][1]}")
     return constrained_decode(model, tokenizer, given, allowed, (0.0, float(given[:, 2].max())), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, announce=lookahead == "ahead",
+                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, announce=lookahead == "ahead",
                               read_ahead=lookahead == "blocks", **options)  # fmt: skip
 
 
@@ -173,6 +177,7 @@ def infill(
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
+    chord_sizes: list[int] | None = None,
     read_after: float | None = None,
     **options: Any,
 ) -> list[int]:
@@ -214,7 +219,7 @@ def infill(
         block = (split, given[np.rint(given[:, 1] / tokenizer.config.time_step) >= round(end / tokenizer.config.time_step)])
     return constrained_decode(model, tokenizer, given, allowed, (start, end), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, block=block, **options)  # fmt: skip
+                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, block=block, **options)  # fmt: skip
 
 
 def constrained_decode(
@@ -229,6 +234,7 @@ def constrained_decode(
     sampling: SamplingConfig | None = None,
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
+    chord_sizes: list[int] | None = None,
     block: tuple[float, np.ndarray] | None = None,
     announce: bool = True,
     read_ahead: bool = False,
@@ -300,6 +306,8 @@ def constrained_decode(
     def read_block() -> list[int]:  # GAP … AFTER … MIDDLE from here, in place of a shift that would reach the split
         return tokenizer.infill_block(block[1], time, window[1], loudness)[0].tolist()
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
+    started: dict[int, int] = {}  # the notes the model started at the current moment, by part
+    started_at = -1  # that moment
     pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
     written_pitch = -1  # that PITCH
     own_velocity = False  # the last id is a VELOCITY the model wrote
@@ -342,6 +350,10 @@ def constrained_decode(
                         mask[tokenizer.eos_id] = True
                         logits = stop_shifts_at(logits[None], shift_ids, torch.tensor([next_onset - time]),
                                                 merge=anticipating)[0]  # fmt: skip
+                    for part, size in enumerate(chord_sizes or []):  # parts that started all they may now
+                        if (started.get(part, 0) if started_at == time else 0) >= size:
+                            offset = tokenizer.pitch_offset + part * NUM_PITCHES
+                            mask[offset : offset + NUM_PITCHES] = True
                     if pending:  # the model's PITCH: only its length, and it ends by the window's end
                         mask |= ~is_duration
                         mask[duration_ids[durations > last - time]] = True
@@ -369,6 +381,9 @@ def constrained_decode(
                         # the model's own note: its pitch in its part is not struck twice at one onset (a later
                         # strike ends it, as the vocabulary's rule has it: a repeated note)
                         sounding.append((written_pitch, time, time + 1))
+                        started, started_at = (started, time) if started_at == time else ({}, time)
+                        part = (written_pitch - tokenizer.pitch_offset) // NUM_PITCHES
+                        started[part] = started.get(part, 0) + 1
                     pending = False  # a DURATION ends it; a shift, special or control drops the pitch
                 if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
                     time += token - tokenizer.time_shift_offset + 1

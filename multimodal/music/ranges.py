@@ -54,3 +54,20 @@ def check_melody_range(melody: np.ndarray, span: tuple[int, int] | None, part_na
             else "; it spans more than that range, even transposed by octaves")  # fmt: skip
     raise ValueError(f"{source}: its notes go from {low} to {high} (MIDI pitch), outside the range {part_name} had in "
                      f"the model's training music, {span[0]} to {span[1]}{hint}")  # fmt: skip
+
+
+def part_chord_sizes(pieces: Iterable[np.ndarray], num_parts: int, time_step: float = 0.01) -> list[int]:
+    """The most notes each of ``num_parts`` parts starts at one moment (onsets on a ``time_step`` grid) over
+    ``pieces`` (note arrays as :func:`part_ranges` takes them); 0 for a part without notes. A voice of a chorale
+    or a tune's melody is 1: it sings one note at a time."""
+    sizes = np.zeros(num_parts, dtype=int)
+    for notes in pieces:
+        notes = np.asarray(notes, dtype=np.float64)
+        if not len(notes):
+            continue
+        part = notes[:, 4].astype(int) if notes.shape[1] > 4 else np.zeros(len(notes), dtype=int)
+        inside = (part >= 0) & (part < num_parts)
+        keys = np.stack([part[inside], np.rint(notes[inside, 1] / time_step).astype(np.int64)], axis=1)
+        groups, counts = np.unique(keys, axis=0, return_counts=True)
+        np.maximum.at(sizes, groups[:, 0], counts)
+    return sizes.tolist()

@@ -38,7 +38,7 @@ from multimodal.music.harmonize import (
     harmonize_to_files,
     infill_to_files,
 )
-from multimodal.music.ranges import PartRanges, check_melody_range, part_ranges
+from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
@@ -128,7 +128,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         _harmonize(model, tokenizer, args, data)
         return
     if args.infill is not None:
-        _infill(model, tokenizer, args)
+        _infill(model, tokenizer, args, data)
         return
     if args.primer is not None and args.primer.is_dir():
         _continue_folder(model, tokenizer, args)
@@ -168,21 +168,22 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         raise ValueError(f"--lookahead: this model cannot read a melody {args.lookahead!r} (its vocabulary has no "
                          "such ids; fine-tune it with configs/music_given_notes.yaml, docs/music.md)")  # fmt: skip
     melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
-    ranges = model_part_ranges(getattr(args, "model_source", None), data)
-    if ranges is not None:
-        check_melody_range(melody, ranges[melody_part], tokenizer.config.part_name(melody_part), str(args.harmonize))
+    facts = model_training_data(getattr(args, "model_source", None), data)
+    if facts.get("part_ranges") is not None:
+        check_melody_range(melody, facts["part_ranges"][melody_part], tokenizer.config.part_name(melody_part),
+                           str(args.harmonize))  # fmt: skip
     paths = harmonize_to_files(
         model, tokenizer, melody, args.out, _sampling(args, tokenizer), melody_part=melody_part, parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
-        avoid_parallels=args.avoid_parallels, lookahead=args.lookahead,
+        avoid_parallels=args.avoid_parallels, lookahead=args.lookahead, chord_sizes=facts.get("chord_sizes"),
     )  # fmt: skip
     print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
 
 
-def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace) -> None:
+def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace, data: Mapping[str, Any]) -> None:
     """``--infill START END --primer PIECE``: the span rewritten, the rest of the piece kept exactly."""
     if not hasattr(tokenizer, "duration_offset"):
         raise ValueError("--infill: needs the duration vocabulary (each note carries its length)")
@@ -200,6 +201,7 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels,
+        chord_sizes=model_training_data(getattr(args, "model_source", None), data).get("chord_sizes"),
     )  # fmt: skip
     print(f"filled {start:g}-{end:g} s of {args.primer}")
     for path in paths:
@@ -330,24 +332,30 @@ def _score_row(name: str, score: MusicScore) -> str:
 # ------------------------------------------------------------------------------------- the run's pieces
 def training_data(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """What ``multimodal export`` records of a run's training pieces (``data``: its settings): the pitch range of
-    each part (:func:`~multimodal.music.ranges.part_ranges`, widened by the run's ``max_transpose``), which
-    ``--harmonize`` holds a melody to. None for a model without parts, or when the pieces are not at hand."""
+    each part (``part_ranges``: :func:`~multimodal.music.ranges.part_ranges`, widened by the run's
+    ``max_transpose``), which ``--harmonize`` holds a melody to, and the most notes each part starts at one
+    moment (``chord_sizes``: :func:`~multimodal.music.ranges.part_chord_sizes`), which bounds what the model
+    writes there. None for a model without parts, or when the pieces are not at hand."""
     num_parts = int(data.get("num_parts", 1))
     if num_parts < 2 or not pieces_at_hand(data):
         return None
     pieces = run_pieces(data, "train").notes
-    return {"part_ranges": part_ranges(pieces, num_parts, int(data.get("max_transpose", 0)))}
+    return {"part_ranges": part_ranges(pieces, num_parts, int(data.get("max_transpose", 0))),
+            "chord_sizes": part_chord_sizes(pieces, num_parts)}  # fmt: skip
 
 
-def model_part_ranges(source: str | Path | None, data: Mapping[str, Any]) -> PartRanges | None:
-    """The part ranges of the model from ``source`` (a model folder's ``training_data``; else the run's training
-    pieces, when at hand: :func:`training_data`), or None where neither says."""
+def model_training_data(source: str | Path | None, data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the training data of the model from ``source`` showed: a model folder's ``training_data``, else the
+    run's training pieces when at hand (:func:`training_data`); ``{}`` where neither says. Part ranges come back
+    as tuples (None for a part without notes)."""
+    facts: dict[str, Any] = {}
     if source is not None and is_model_folder(source):
-        recorded = read_model_folder(source).get("training_data", {}).get("part_ranges")
-        if recorded is not None:
-            return [tuple(span) if span is not None else None for span in recorded]
-    facts = training_data(data)
-    return None if facts is None else facts["part_ranges"]
+        facts = dict(read_model_folder(source).get("training_data", {}))
+    if not facts:
+        facts = training_data(data) or {}
+    if facts.get("part_ranges") is not None:
+        facts["part_ranges"] = [tuple(span) if span is not None else None for span in facts["part_ranges"]]
+    return facts
 
 
 def pieces_at_hand(data: Mapping[str, Any]) -> bool:
@@ -368,8 +376,8 @@ def run_pieces(data: Mapping[str, Any], split: str) -> MidiCorpus:
     if collections:
         corpus = load_music21_corpus(check_collections(list(collections), warn=False), limit=data.get("limit"),
                                      num_parts=data.get("num_parts", 1))  # fmt: skip
-    elif midi_dir:
-        from tasks.datamodules.music import midi_folder_corpus  # the package imports Lightning: only when needed
+    elif midi_dir:  # the datamodules package imports Lightning: only when a folder needs it
+        from tasks.datamodules.music import midi_folder_corpus
 
         corpus = midi_folder_corpus(midi_dir)
     else:

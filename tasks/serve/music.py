@@ -25,7 +25,7 @@ from multimodal.music.continuation import unconditional_prompt
 from multimodal.music.ranges import check_melody_range
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
-from tasks.commands.music import model_part_ranges, pieces_at_hand, run_pieces
+from tasks.commands.music import model_training_data, pieces_at_hand, run_pieces
 from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
@@ -44,12 +44,12 @@ class MusicSession:
         data: Its run's data settings (the held-out pieces of the run are the primers offered, when they are
             at hand: :func:`~tasks.commands.music.pieces_at_hand`).
         source: The checkpoint or model folder, whose training data's part ranges a melody to harmonize is
-            held to (:func:`~tasks.commands.music.model_part_ranges`).
+            held to, and whose chord sizes bound the parts written (:func:`~tasks.commands.music.model_training_data`).
     """
 
     def __init__(self, task: Any, tokenizer: Any, data: dict[str, Any], source: str | Path | None = None) -> None:
         self.task, self.tokenizer = task, tokenizer
-        self.ranges = model_part_ranges(source, data) if getattr(tokenizer.config, "num_parts", 1) > 1 else None
+        self.facts = model_training_data(source, data) if getattr(tokenizer.config, "num_parts", 1) > 1 else {}
         held_out = run_pieces(data, "val") if pieces_at_hand(data) else None
         self.pieces = dict(zip(held_out.names, held_out.notes, strict=True)) if held_out is not None else {}
         self.folder = Path(tempfile.mkdtemp(prefix="multimodal-serve-"))
@@ -139,10 +139,12 @@ class MusicSession:
         chosen = [1 + names.index(name) for name in parts] if parts else None
         try:
             melody = check_melody(read_midi_notes(upload), Path(upload).name)
-            if self.ranges is not None:
-                check_melody_range(melody, self.ranges[0], self.tokenizer.config.part_name(0), Path(upload).name)
+            if self.facts.get("part_ranges") is not None:
+                check_melody_range(melody, self.facts["part_ranges"][0], self.tokenizer.config.part_name(0),
+                                   Path(upload).name)  # fmt: skip
             (path,) = harmonize_to_files(self.task.model, self.tokenizer, melody, self._request_folder(),
                                          sampling, controls=controls, parts=chosen,
+                                         chord_sizes=self.facts.get("chord_sizes"),
                                          seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls

@@ -165,8 +165,9 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
                            tmp_path / "high.mid"], capsys, monkeypatch)  # fmt: skip
     assert line.startswith(expected) and not (tmp_path / "z").exists()
     main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "folder")])
-    recorded = json.loads((tmp_path / "folder/config.json").read_text())["training_data"]["part_ranges"]
-    assert recorded[0] == [low, high] and len(recorded) == 4
+    recorded = json.loads((tmp_path / "folder/config.json").read_text())["training_data"]
+    assert recorded["part_ranges"][0] == [low, high] and len(recorded["part_ranges"]) == 4
+    assert recorded["chord_sizes"] == [1, 1, 1, 1]  # each voice of these chorales sings one note at a time
     with monkeypatch.context() as patch:
         patch.setattr(music_commands, "pieces_at_hand", lambda data: False)  # the folder's record alone
         line = one_line_error(["generate", "--checkpoint", tmp_path / "folder", "--out", tmp_path / "z", "--harmonize",
