@@ -529,7 +529,7 @@ def decoder_token_nll(
     of a given id is not meaningful (it may be ``inf``).
     Windows as :func:`~multimodal.music.scoring.token_nll`. The model strikes a pitch in a part once an onset at
     most, and a note keeps its grammar (:func:`note_grammar`). Not modelled: no note outside the window, the pitches of given
-    notes of the written parts while they sound, and ``avoid_parallels``.
+    notes of the written parts while they sound, ``avoid_parallels`` and ``chord_sizes``.
     """
     from multimodal.music.scoring import token_nll
 
