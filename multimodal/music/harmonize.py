@@ -308,7 +308,7 @@ def constrained_decode(
     parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
     started: dict[int, int] = {}  # the notes the model started at the current moment, by part
     started_at = -1  # that moment
-    pending = False  # a PITCH the model wrote waits for its DURATION (VELOCITY ids may come between, as decoding reads)
+    pending = False  # a PITCH the model wrote waits for its DURATION
     written_pitch = -1  # that PITCH
     own_velocity = False  # the last id is a VELOCITY the model wrote
     device = next(model.parameters()).device
@@ -362,7 +362,7 @@ def constrained_decode(
                         if own_velocity:
                             mask |= is_velocity  # one VELOCITY before a note
                     if parallels is not None and first <= time < last:  # outside, no pitch may start anyway
-                        mask |= parallels.banned(time)  # also after a PITCH: another PITCH would replace it
+                        mask |= parallels.banned(time)
                     scores = add_logit_bias(logits.float().cpu()[None], sampling.logit_bias, sampling.logit_bias_group)
                     token, own = int(sample_next(scores.masked_fill(mask, float("-inf")), sampling,
                                                  generator=generator)[0]), True  # fmt: skip

@@ -10,7 +10,7 @@ transposition that fits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -28,15 +28,9 @@ def part_ranges(pieces: Iterable[np.ndarray], num_parts: int, transpose: int = 0
         transpose: The training's largest transposition, in semitones.
     """
     lowest, highest = np.full(num_parts, 128), np.full(num_parts, -1)
-    for notes in pieces:
-        notes = np.asarray(notes, dtype=np.float64)
-        if not len(notes):
-            continue
-        part = notes[:, 4].astype(int) if notes.shape[1] > 4 else np.zeros(len(notes), dtype=int)
-        inside = (part >= 0) & (part < num_parts)
-        pitch, part = notes[inside, 0].astype(int), part[inside]
-        np.minimum.at(lowest, part, pitch)
-        np.maximum.at(highest, part, pitch)
+    for notes, part in _with_parts(pieces, num_parts):
+        np.minimum.at(lowest, part, notes[:, 0].astype(int))
+        np.maximum.at(highest, part, notes[:, 0].astype(int))
     return [(max(int(low) - transpose, 0), min(int(high) + transpose, 127)) if high >= 0 else None
             for low, high in zip(lowest, highest, strict=True)]  # fmt: skip
 
@@ -61,13 +55,19 @@ def part_chord_sizes(pieces: Iterable[np.ndarray], num_parts: int, time_step: fl
     ``pieces`` (note arrays as :func:`part_ranges` takes them); 0 for a part without notes. A voice of a chorale
     or a tune's melody is 1: it sings one note at a time."""
     sizes = np.zeros(num_parts, dtype=int)
-    for notes in pieces:
-        notes = np.asarray(notes, dtype=np.float64)
-        if not len(notes):
-            continue
-        part = notes[:, 4].astype(int) if notes.shape[1] > 4 else np.zeros(len(notes), dtype=int)
-        inside = (part >= 0) & (part < num_parts)
-        keys = np.stack([part[inside], np.rint(notes[inside, 1] / time_step).astype(np.int64)], axis=1)
+    for notes, part in _with_parts(pieces, num_parts):
+        keys = np.stack([part, np.rint(notes[:, 1] / time_step).astype(np.int64)], axis=1)
         groups, counts = np.unique(keys, axis=0, return_counts=True)
         np.maximum.at(sizes, groups[:, 0], counts)
     return sizes.tolist()
+
+
+def _with_parts(pieces: Iterable[np.ndarray], num_parts: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each non-empty piece's notes in parts ``0..num_parts-1`` (float64 ``(n, 4+)``) and their parts (int ``(n,)``;
+    a 4-column array is all part 0)."""
+    for notes in pieces:
+        notes = np.asarray(notes, dtype=np.float64)
+        part = notes[:, 4].astype(int) if notes.ndim == 2 and notes.shape[1] > 4 else np.zeros(len(notes), dtype=int)
+        inside = (part >= 0) & (part < num_parts)
+        if inside.any():
+            yield notes[inside], part[inside]
