@@ -144,6 +144,17 @@ def test_the_documented_harmonize_and_infill_commands_of_the_shipped_model_run(t
         assert "warning" not in capsys.readouterr().err, command
 
 
+def test_the_documented_python_harmonization_runs(tmp_path, monkeypatch):
+    text = (ROOT / "docs/music.md").read_text()
+    start = text.index("```python\n", text.index("## Harmonizing a melody")) + len("```python\n")
+    block = text[start : text.index("```", start)]
+    assert 'chord_sizes=facts["chord_sizes"]' in block and "check_melody_range" in block
+    _tune(tmp_path / "tune.mid", 1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "docs/music.md", "exec"), {})
+    assert (tmp_path / "out" / "sample_0.mid").is_file()
+
+
 def test_the_shipped_model_harmonizes_a_long_tune_to_its_end_and_a_short_budget_is_a_one_line_warning(
         tmp_path, capsys, monkeypatch):  # fmt: skip
     import pretty_midi

@@ -13,7 +13,8 @@ pitch, in seconds through the metronome marks) and keeps one file per source fil
 
     $MULTIMODAL_CACHE/music21/<collection>/<relative path>.npz
         notes_<i>   float64 (num_notes, 5) = [pitch, start_s, end_s, velocity, part] of piece i
-        meta        JSON: the source's size and mtime, the format version, and per piece its name,
+        meta        JSON: the source's stamp (format version, size, and music21's version for its own
+                    files, else the modification time), and per piece its name,
                     title, composer, key, time signature, tempo and parts (name, instrument, program)
     $MULTIMODAL_CACHE/music21/<collection>/<relative path>.failed.json   why music21 could not parse it
 
@@ -24,13 +25,15 @@ the merged notes the single-part vocabularies train on are then just the first f
 
 Each file is written to a temporary name and renamed (:func:`~multimodal.data.storage.atomic_write_bytes`)
 as soon as it is converted, so an interrupted run keeps what it finished and a re-run converts
-only files that are missing or whose size or modification time changed (failures included: a
+only files that are missing or whose stamp changed (failures included: a
 file that failed is not tried again until it changes). Pieces split into train / validation /
 test by the hash rule of :func:`~multimodal.data.music.piece_split` on their names.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import importlib.util
 import io
 import json
@@ -202,8 +205,8 @@ def collections_converted(
     collections: list[str] | None = None, cache_dir: str | Path | None = None, corpus_dir: str | Path | None = None
 ) -> bool:
     """Whether every file of the chosen collections has been converted (or has failed) once: then loading them
-    costs seconds, not the conversion's minutes. A quick look at which cache files exist; files changed
-    since are converted again when the pieces are loaded."""
+    costs seconds, not the conversion's minutes. The cache files' stamps are compared with their sources'
+    (a fraction of a second for the default collections): a file changed since would be converted again."""
     names = check_collections(collections, warn=False)
     root = Path(corpus_dir) if corpus_dir is not None else music21_corpus_dir()
     cache = Path(cache_dir) if cache_dir is not None else cache_root() / "music21"
@@ -211,7 +214,7 @@ def collections_converted(
         folder = root / COLLECTIONS[name].folder
         for source in _source_files(folder):
             target = cache / name / f"{source.relative_to(folder).as_posix()}.npz"
-            if not (target.is_file() or _failed_path(target).is_file()):
+            if _stamp(source) not in (_cached_stamp(target), _cached_stamp(_failed_path(target))):
                 return False
     return True
 
@@ -297,8 +300,8 @@ def load_named_pieces(names: list[str], num_parts: int = 1, cache_dir: str | Pat
     from (seconds, where :func:`load_music21_corpus` would convert whole collections). Names without a
     source file, and pieces with more than ``num_parts`` parts, are left out (in ``skipped``).
 
-    The files are converted into the same cache as :func:`convert_collections` (a copy keeps the source's
-    size and time), so a later conversion of the whole collection reuses them.
+    The files are converted into the same cache as :func:`convert_collections` (read through links to the
+    sources, so their stamps are the sources'), and a later conversion of the whole collection reuses them.
     """
     import shutil
     import tempfile
@@ -313,7 +316,10 @@ def load_named_pieces(names: list[str], num_parts: int = 1, cache_dir: str | Pat
                 relative = source.relative_to(music21_corpus_dir() / COLLECTIONS[collection].folder)
                 copy = Path(scratch) / COLLECTIONS[collection].folder / relative
                 copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, copy)  # size and mtime kept: the cache's stamp is the source's
+                try:  # a link: the cache's stamp is the source's (music21's version for its own files)
+                    copy.symlink_to(source.resolve())
+                except OSError:  # no links here: a copy keeps size and time, the stamp of a file of your own
+                    shutil.copy2(source, copy)
         collections = sorted({name.split("/")[0] for name, source in sources.items() if source is not None})
         corpus = load_music21_corpus(collections, cache, corpus_dir=scratch, num_parts=num_parts) if collections else None
     if corpus is None:
@@ -332,9 +338,24 @@ def _source_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in SOURCE_SUFFIXES and p.is_file())
 
 
-def _stamp(source: Path) -> list[int]:
+def _stamp(source: Path) -> list[int | str]:
+    """What a cache file was made from: the format version, the source's size and, for a file of music21's own
+    corpus, music21's version — pip gives installed files the time of the install, so two environments (or a
+    reinstall) would otherwise convert the shared cache again in turn — else its modification time."""
     stat = source.stat()
-    return [FORMAT_VERSION, stat.st_size, stat.st_mtime_ns]
+    corpus, version = _installed_corpus()
+    installed = corpus is not None and source.resolve().is_relative_to(corpus)
+    return [FORMAT_VERSION, stat.st_size, f"music21 {version}" if installed else stat.st_mtime_ns]
+
+
+@functools.cache
+def _installed_corpus() -> tuple[Path | None, str]:
+    """The installed music21's own corpus folder (resolved) and version, found without importing it; ``(None, "")``
+    without music21. (Not :func:`music21_corpus_dir`: a folder of your own files keeps modification times.)"""
+    spec = importlib.util.find_spec("music21")
+    if spec is None or spec.origin is None:
+        return None, ""
+    return (Path(spec.origin).parent / "corpus").resolve(), importlib.metadata.version("music21")
 
 
 def _failed_path(target: Path) -> Path:

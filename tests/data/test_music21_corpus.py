@@ -79,6 +79,36 @@ def test_rerun_converts_nothing_new_and_a_changed_file_again(corpus):
     assert (fixed.converted, fixed.reused, fixed.failed) == (1, 2, {})
 
 
+def test_installed_files_are_stamped_by_music21s_version_and_a_changed_file_is_not_converted(corpus):
+    import importlib.metadata
+    import os
+
+    installed = music21_corpus._installed_corpus()[0] / "monteverdi" / FILES[0]  # a reinstall gives it a new time
+    version = importlib.metadata.version("music21")
+    assert music21_corpus._stamp(installed) == [music21_corpus.FORMAT_VERSION, installed.stat().st_size, f"music21 {version}"]
+    link = corpus / "link.mxl"  # how load_named_pieces reads a file: through a link, with the source's stamp
+    link.symlink_to(installed)
+    assert music21_corpus._stamp(link) == music21_corpus._stamp(installed)
+    copy = corpus / "monteverdi" / FILES[0]  # a folder of your own files keeps modification times
+    assert music21_corpus._stamp(copy)[2] == copy.stat().st_mtime_ns
+    assert not music21_corpus.collections_converted(["monteverdi"])
+    with pytest.warns(UserWarning):
+        convert_collections(["monteverdi"], num_workers=1, progress=False)
+    assert music21_corpus.collections_converted(["monteverdi"])
+    os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 10**9))  # changed since: minutes again
+    assert not music21_corpus.collections_converted(["monteverdi"])
+
+
+def test_named_pieces_are_read_through_the_whole_collections_cache(corpus, tmp_path):
+    with pytest.warns(UserWarning):
+        convert_collections(["monteverdi"], num_workers=1, progress=False)
+    cached = tmp_path / "cache" / "music21" / "monteverdi" / f"{FILES[0]}.npz"
+    written = cached.stat().st_mtime_ns
+    named = music21_corpus.load_named_pieces([f"monteverdi/{FILES[0].removesuffix('.mxl')}"], num_parts=5)
+    assert len(named.names) == 1 and cached.stat().st_mtime_ns == written  # read, not converted again
+    assert [p.name for p in load_pieces(["monteverdi"])].count(named.names[0]) == 1
+
+
 def test_opt_in_collection_warns_with_its_licence_and_split_table_sums(corpus):
     with pytest.warns(UserWarning, match="opt-in.*Rights to all derivative electronic formats reserved"):
         report = convert_collections(["palestrina"], num_workers=1, progress=False)
