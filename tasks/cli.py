@@ -53,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 def one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """A ``warnings.showwarning`` that writes a warning raised in ``multimodal`` or ``tasks`` as one line,
     ``warning: <message>`` on stderr, and hands the others (PyTorch's, Lightning's) to ``show``."""
-    own = [Path(sys.modules[name].__file__).resolve().parent for name in ("multimodal", "tasks")]
+    # the packages' folders: __path__, as a test run may import ``tasks`` as a namespace package (no __file__)
+    own = [Path(folder).resolve() for name in ("multimodal", "tasks") for folder in sys.modules[name].__path__]
 
     def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
         if any(Path(filename).resolve().is_relative_to(folder) for folder in own):

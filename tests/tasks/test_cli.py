@@ -134,3 +134,20 @@ def test_generate_and_perplexity_find_each_task_s_command_module_by_its_register
     assert "CausalLMTask" in TASKS and task_commands("CausalLMTask") is None  # refused by both commands in one line
     protocol = ("supports", "run_generate", "add_generate_arguments", "run_perplexity", "add_perplexity_arguments")
     assert not any(hasattr(Task, name) for name in protocol)  # no command-line protocol on the tasks
+
+
+def test_the_projects_warnings_are_one_line_and_the_others_go_to_python(monkeypatch, capsys, tmp_path):
+    import types
+
+    from tasks.cli import one_line_warnings
+
+    # a test run may import tasks as a namespace package (no __file__): its folders are what counts
+    namespace = types.ModuleType("tasks")
+    namespace.__path__ = [str(Path(__file__).resolve().parents[2] / "tasks")]
+    monkeypatch.setitem(sys.modules, "tasks", namespace)
+    shown = []
+    show = one_line_warnings(lambda *args: shown.append(args))
+    show(UserWarning("skipping a.mid:\n  not MIDI"), UserWarning, str(Path(namespace.__path__[0]) / "commands/music.py"), 3)
+    assert capsys.readouterr().err == "warning: skipping a.mid: not MIDI\n" and not shown
+    show(UserWarning("theirs"), UserWarning, str(tmp_path / "lightning.py"), 7)
+    assert len(shown) == 1 and shown[0][2].endswith("lightning.py") and capsys.readouterr().err == ""
