@@ -420,7 +420,9 @@ def card(row: dict) -> str:
         "`make pretrained-music` (`configs/pretrained/music.yaml` with `music_context.yaml` and",
         f"`music_context_long.yaml` on top: windows of 512 ids, then {row['seq_len']}; {row['parameters'] / 1e6:.2f} M",
         f"parameters, {row['steps']} steps in bf16-mixed on 2 CPU cores), the checkpoint with the best validation NLL,",
-        "exported in float16 (`multimodal export --half`).",
+        "exported in float16 (`multimodal export --half`). The export also records in `config.json`",
+        "(`training_data`) each part's pitch range and the most notes it starts at one moment over the training",
+        "split: `--harmonize` holds a melody to its part's range and bounds the parts it writes by them.",
         "Fine-tune it on your own MIDI folder: docs/pretrained.md.",
         "",
     ])  # fmt: skip
