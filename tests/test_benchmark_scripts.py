@@ -464,6 +464,33 @@ def test_harmonization_keeps_every_soprano_and_records_the_voice_leading_per_see
     assert any("int8_harmonize_seconds" in row for row in rows) and "voice crossings" in printed
 
 
+def test_infill_seams_counts_the_silence_from_the_span_end_to_each_parts_next_kept_note():
+    """Four parts resume 1.0, 1.0, 0.5 and 0 s after a span ending at 4 s (the last: no later note; the third:
+    its next note at 4.5); the filled notes ring 0.5 s past the end in part 0 and 0.2 s in part 2: 2.5 s of
+    waiting, of which 0.5 + 1.0 + 0.3 = 1.8 s silent."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import infill_seams
+    import numpy as np
+
+    piece = np.array([[60, 0.0, 2.0, 80, 0], [62, 5.0, 6.0, 80, 0], [55, 5.0, 6.0, 80, 1], [50, 4.5, 5.0, 80, 2],
+                      [48, 0.0, 1.0, 80, 3]])  # fmt: skip
+    filled = np.r_[piece, [[64, 3.0, 4.5, 80, 0], [52, 3.5, 4.2, 80, 2], [57, 3.0, 3.9, 80, 1]]]
+    found = infill_seams.seams(filled, piece, 3.0, 4.0)
+    assert found["waited"] == pytest.approx(2.5) and found["silent"] == pytest.approx(1.8)
+    assert sorted(found["notes"][:, 0].tolist()) == [52, 57, 64]
+    assert infill_seams.seams(piece, piece, 3.0, 4.0)["silent"] == pytest.approx(2.5)  # nothing sounds there
+
+
+@pytest.mark.slow  # the Bach collection converted, the shipped model infilling: `make test-all` runs it
+def test_infill_seams_keeps_everything_outside_the_span_and_records_a_row_per_seed(tmp_path):
+    out = tmp_path / "seams.jsonl"
+    printed = _run("infill_seams.py", "--pieces", "2", "--seeds", "0", "1", "--label", "now", "--out", str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["seed"] for row in rows] == [0, 1] and all(row["pieces"] == 2 for row in rows)
+    assert all(0 <= row["generated"]["seam_silence_share"] <= 1 and row["generated"]["notes"] > 0 for row in rows)
+    assert rows[0]["real"]["seam_silence_share"] < 0.05 and "| now (2 seeds) |" in printed
+
+
 @pytest.mark.slow  # the shipped model and the music21 collections: `make test-all` runs it
 def test_quantized_inference_at_tiny_size_records_each_measurement(tmp_path):
     out = tmp_path / "quantized.jsonl"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from multimodal.models import CausalLM, CausalLMConfig
-from multimodal.music.harmonize import decoder_token_nll, harmonize
+from multimodal.music.harmonize import NoteEnds, decoder_token_nll, harmonize
 from multimodal.music.scoring import token_nll
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 
@@ -189,6 +189,10 @@ def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_t
     start, end = 3.0, 6.0
     # no note sounds into the span: the decoder's ban on striking a sounding kept pitch is not modelled
     piece[:, 2] = np.where(piece[:, 1] < start, np.minimum(piece[:, 2], start), piece[:, 2])
+    piece[(piece[:, 1] >= 5.0) & (piece[:, 1] < end), 2] += 0.5  # the span's last notes ring past its end
+    span = (piece[:, 1] >= start) & (piece[:, 1] < end)
+    ends = NoteEnds.of(tokenizer, end, replaced=piece[span], kept=piece[~span])  # as infill lets new notes sound
+    assert max(ends.reach.values()) > round(end / 0.01)
     drawn = record_draws(monkeypatch)
     ids = harmonize_module.infill(model, tokenizer, piece, start, end, generator=torch.Generator().manual_seed(0),
                                   max_new_tokens=400, read_after=read_after)  # fmt: skip
@@ -211,16 +215,18 @@ def test_the_nll_follows_the_infill_decoder_after_a_block_with_the_music_after_t
         np.testing.assert_allclose(window(again), window(expected))
         assert clock[gap - 1] < split * 100 and len(window(expected)) > 0
     assert sampled.sum() == len(drawn) > 20
-    got = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end, stop_at=end)
+    got = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=ends, stop_at=end)
     np.testing.assert_allclose(got[np.flatnonzero(sampled) - 1], drawn, rtol=1e-4, atol=1e-5)
-    # the span's notes end by its end, and the music after it comes back exactly
+    at_the_end = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end, stop_at=end)
+    assert (np.abs(at_the_end[np.flatnonzero(sampled) - 1] - drawn) > 1e-4).any()  # the longer reach mattered
+    # the span's notes end by the replaced notes' last end, and the music after it comes back exactly
     notes = tokenizer.decode_notes(ids)
     inside = (notes[:, 1] >= start - 1e-9) & (notes[:, 1] < end - 1e-9)
-    assert (notes[inside, 2] <= end + 1e-9).all()
+    assert (notes[inside, 2] <= piece[span, 2].max() + 1e-9).all()
     expected = tokenizer.decode_notes(tokenizer.encode_notes_array(piece))
     keep = lambda rows: rows[(rows[:, 1] < start - 1e-9) | (rows[:, 1] >= end - 1e-9)]  # noqa: E731
     np.testing.assert_allclose(keep(notes), keep(expected))
-    without_stop = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=end)
+    without_stop = decoder_token_nll(model, tokenizer, ids, ~sampled, [0, 1, 2, 3], seq_len=4096, window_end=ends)
     assert (np.abs(without_stop[np.flatnonzero(sampled) - 1] - drawn) > 1e-4).any()  # the stop mattered on this path
 
 

@@ -317,9 +317,70 @@ def test_infill_keeps_everything_outside_the_span_and_nothing_hangs_across_its_e
         theirs = piece[~(np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0))]
         assert exact(ours) == exact(theirs) and sorted(ours[:, 4]) == sorted(theirs[:, 4])  # unchanged outside
         new = notes[np.isin(notes[:, 4], rewritten) & (notes[:, 1] >= 2.0 - 1e-9) & (notes[:, 1] < 5.0 - 1e-9)]
-        assert (new[:, 2] <= 5.0 + 1e-9).all()  # no new note hangs across the seam
+        replaced = piece[np.isin(piece[:, 4], rewritten) & (piece[:, 1] >= 2.0) & (piece[:, 1] < 5.0)]
+        assert (new[:, 2] <= latest_ends(new, replaced, theirs, 5.0) + 1e-9).all()  # no new note hangs across the seam
         if model_kind == "random":
             assert len(new) > 0
+
+
+def latest_ends(new: np.ndarray, replaced: np.ndarray, kept: np.ndarray, end: float) -> np.ndarray:
+    """The latest end (seconds) infill allows each ``new`` note: the last end of the ``replaced`` notes of its part
+    (``end`` if earlier), and not past the next ``kept`` note of its part and pitch."""
+    latest = []
+    for pitch, onset, _, _, part in new:
+        reach = max([end, *replaced[replaced[:, 4] == part, 2]])
+        same = kept[(kept[:, 4] == part) & (kept[:, 0] == pitch) & (kept[:, 1] > onset + 1e-9)]
+        latest.append(min(reach, same[:, 1].min()) if len(same) else reach)
+    return np.array(latest)
+
+
+class LongNotes(nn.Module):
+    """Wants a note of a few pitches in every part, each as long as the vocabulary can write it, then the longest
+    time shift."""
+
+    def __init__(self, tokenizer: MidiDurationTokenizer) -> None:
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(()))
+        self.bias = torch.full((tokenizer.vocab_size,), -10.0)
+        for part, pitch in itertools.product(range(4), (60, 61, 62, 72, 73, 74)):
+            self.bias[tokenizer.pitch_offset + part * 128 + pitch] = 5.0 + torch.rand(())
+        lengths = tokenizer.control_offset - tokenizer.duration_offset
+        self.bias[tokenizer.duration_offset : tokenizer.control_offset] = 20.0 * torch.arange(lengths)  # the longest
+        self.bias[tokenizer.velocity_offset - 1] = 2.0  # the longest shift, once every part has its note
+
+    def new_state(self):
+        return SimpleNamespace()
+
+    def forward(self, tokens, state=None):
+        return self.bias.expand(tokens.shape[0], tokens.shape[1], -1).clone()
+
+
+@TOKENIZERS
+def test_infilled_notes_last_as_long_as_the_replaced_ones_did_and_never_onto_a_kept_note(tokenizer):
+    """A model that wants every note as long as it can be gets each new note exactly as long as infill allows:
+    to the last end of the notes of its part it replaced (past the span's end where they sounded past it), cut at
+    the next kept note of its part and pitch — or at its own next strike of that pitch (a repeated note)."""
+    torch.manual_seed(0)
+    model = LongNotes(tokenizer)
+    past_the_end = same_pitch_cut = 0
+    for seed in range(4):
+        piece = two_parts(np.random.default_rng(seed), seconds=10.0)
+        piece[:, 0] = np.where(piece[:, 4] == 0, 72, 60) + piece[:, 0] % 3  # few pitches: kept notes of a new pitch
+        chord = [[pitch, 5.5, 6.0, 80, 2] for pitch in (60, 61, 62)]  # part 2: a long note replaced, a chord kept
+        piece = np.r_[piece, [[61, 2.5, 7.0, 80, 2]], chord]
+        ids = infill(model, tokenizer, piece, 2.0, 5.0, chord_sizes=[1, 1, 1, 1], generator=torch.Generator().manual_seed(seed))
+        notes = tokenizer.decode_notes(ids)
+        span = lambda rows: (rows[:, 1] >= 2.0 - 1e-9) & (rows[:, 1] < 5.0 - 1e-9)  # noqa: E731
+        new, replaced, kept = notes[span(notes)], piece[span(piece)], piece[~span(piece)]
+        assert len(new) > 0
+        latest = latest_ends(new, replaced, kept, 5.0)
+        struck_again = latest_ends(new, new[:, [0, 1, 1, 3, 4]] * [1, 1, 0, 1, 1] + [0, 0, np.inf, 0, 0], new, np.inf)
+        lengths = tokenizer.config.duration_steps * tokenizer.config.time_step  # the longest one that fits
+        fits = [lengths[lengths <= room + 1e-9].max() for room in np.minimum(latest, struck_again) - new[:, 1]]
+        np.testing.assert_allclose(new[:, 2], new[:, 1] + fits, atol=1e-9)  # as long as allowed
+        past_the_end += int((new[:, 2] > 5.0 + 1e-9).sum())
+        same_pitch_cut += int((latest < latest_ends(new, replaced, kept[:0], 5.0) - 1e-9).sum())
+    assert past_the_end > 0 and same_pitch_cut > 0  # both rules were met on the way
 
 
 def _parallels(notes: np.ndarray, within: tuple[float, float] | None = None) -> int:

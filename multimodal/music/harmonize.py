@@ -32,8 +32,10 @@ reads the melody's next seconds in a ``GAP AFTER … MIDDLE`` block each time th
 each note at its onset. Both scored the real lower voices worse than sight-reading (docs/benchmarks.md),
 which stays the default.
 :func:`infill` is the same decoder with a window: the notes of the chosen parts that start in the
-span are rewritten, the music before it and after it is given, and a new note ends by the span's
-end, so none hangs across the seam. With a vocabulary that has ``GAP AFTER MIDDLE`` ids
+span are rewritten, the music before it and after it is given, and a new note sounds no later than the
+notes of its part that it replaces did (the span's end, if they ended before) and never onto a kept note of
+its part and pitch (:class:`NoteEnds`), so none hangs across the seam: what sounded there before is what the
+new notes may fill, and a part is not left silent from the span's end to its next kept note. With a vocabulary that has ``GAP AFTER MIDDLE`` ids
 (``infill_after_steps``), the music after the span is written first, in full, before the model writes
 the span (prefix, suffix, middle: :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`).
 """
@@ -194,8 +196,10 @@ def infill(
             before it writes.
         Others: as :func:`harmonize`.
 
-    Notes starting before the span keep their length (they may sound into it); new notes end by
-    ``end``, so none hangs across the seam; the music after ``end`` is given back exactly. A vocabulary
+    Notes starting before the span keep their length (they may sound into it); a new note sounds no later
+    than the replaced notes of its part did (``end`` if they ended before it) and never onto a kept note of its
+    part and pitch (:meth:`NoteEnds.of`), so none hangs across the seam; the music after ``end`` is given back
+    exactly. A vocabulary
     with infilling ids (``infill_after_steps``) reads the music after the span before writing it, as it
     was trained (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`); the
     ids then hold ``GAP … AFTER … MIDDLE`` after the music before the span (:meth:`decode_notes` reads them).
@@ -214,12 +218,14 @@ def infill(
         raise ValueError(f"parts {allowed}: this model has parts 0..{num_parts - 1}")
     rewritten = np.isin(notes[:, 4], allowed) & (notes[:, 1] >= start) & (notes[:, 1] < end)
     given, block = notes[~rewritten], None
+    ends = NoteEnds.of(tokenizer, end, replaced=notes[rewritten], kept=given[np.isin(given[:, 4], allowed)])
     if getattr(tokenizer.config, "infill_after_steps", 0):  # the music after the span read before (part of) it
         split = max(start - REREAD_SECONDS, 0.0) if read_after is None else min(max(end - read_after, 0.0), end)
         block = (split, given[np.rint(given[:, 1] / tokenizer.config.time_step) >= round(end / tokenizer.config.time_step)])
     return constrained_decode(model, tokenizer, given, allowed, (start, end), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, block=block, **options)  # fmt: skip
+                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, block=block, note_ends=ends,
+                              **options)  # fmt: skip
 
 
 def constrained_decode(
@@ -238,6 +244,7 @@ def constrained_decode(
     block: tuple[float, np.ndarray] | None = None,
     announce: bool = True,
     read_ahead: bool = False,
+    note_ends: NoteEnds | None = None,
     **options: Any,
 ) -> list[int]:
     """Samples notes of ``parts`` inside ``window`` (seconds) around ``given`` notes written exactly.
@@ -245,7 +252,7 @@ def constrained_decode(
     The rules of the module docstring: given tokens fed at their onsets, shifts that would pass the next
     given onset and EOS (while given notes remain) masked, PITCH ids of other parts masked, and outside
     the window no new note at all (time jumps straight to the next given onset or the window). A note the
-    model starts ends by the window's end. Decoding stops at EOS once every given note is written, once
+    model starts ends by the window's end, or where ``note_ends`` says (:meth:`NoteEnds.latest`). Decoding stops at EOS once every given note is written, once
     time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (None:
     :func:`new_ids_budget` of the window; given notes not reached by then are appended, alone, with a warning
     saying where the new parts stop). ``avoid_parallels``: one note at a time in each of ``parts``, and
@@ -266,6 +273,7 @@ def constrained_decode(
     step = tokenizer.config.time_step
     first, last = round(window[0] / step), round(window[1] / step)
     max_new_tokens = new_ids_budget(window) if max_new_tokens is None else max_new_tokens
+    note_ends = NoteEnds.of(tokenizer, window[1]) if note_ends is None else note_ends
     anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
     if read_ahead and not getattr(tokenizer.config, "infill_after_steps", 0):
         raise ValueError("read_ahead needs a vocabulary with GAP AFTER MIDDLE ids (infill_after_steps > 0)")
@@ -354,9 +362,9 @@ def constrained_decode(
                         if (started.get(part, 0) if started_at == time else 0) >= size:
                             offset = tokenizer.pitch_offset + part * NUM_PITCHES
                             mask[offset : offset + NUM_PITCHES] = True
-                    if pending:  # the model's PITCH: only its length, and it ends by the window's end
+                    if pending:  # the model's PITCH: only its length, and it ends where the rules let it
                         mask |= ~is_duration
-                        mask[duration_ids[durations > last - time]] = True
+                        mask[duration_ids[durations > note_ends.latest(written_pitch, time) - time]] = True
                     else:
                         mask |= is_duration  # a length only after a PITCH
                         if own_velocity:
@@ -456,6 +464,57 @@ class AheadAnnouncer:
         return ids
 
 
+class NoteEnds:
+    """Where a note the decoder's model starts may end at the latest, in the tokenizer's steps.
+
+    By default at the window's end. :func:`infill` also gives each part a reach: its new notes may sound as
+    late as the notes they replace did (the replaced notes of that part that started in the span), so a note
+    of the span's last beat is not cut short at the span's end and the part is not silent until its kept
+    music resumes. A new note never sounds onto the next kept note of its part and pitch (the vocabulary
+    would read that note as a re-strike ending it, or merge the two).
+
+    Args:
+        last: The window's end (steps).
+        pitch_offset: The tokenizer's first PITCH id.
+        reach: By part, the step its new notes may sound to (``last`` or later; parts not named: ``last``).
+        kept_onsets: By PITCH id (part and pitch), the sorted onsets (steps) of the kept notes of it.
+    """
+
+    def __init__(self, last: int, pitch_offset: int, reach: dict[int, int] | None = None,
+                 kept_onsets: dict[int, np.ndarray] | None = None) -> None:  # fmt: skip
+        self.last, self.pitch_offset = last, pitch_offset
+        self.reach, self.kept_onsets = reach or {}, kept_onsets or {}
+
+    @classmethod
+    def of(cls, tokenizer: MidiDurationTokenizer, end: float, replaced: np.ndarray | None = None,
+           kept: np.ndarray | None = None) -> NoteEnds:  # fmt: skip
+        """The ends for a window ending at ``end`` seconds where ``replaced`` ``(n, 5)`` notes were taken out and
+        ``kept`` ``(m, 5)`` notes of the written parts stay (both as the tokenizer writes them once encoded)."""
+        step = tokenizer.config.time_step
+
+        def on_grid(notes: np.ndarray | None) -> np.ndarray:
+            if notes is None or not len(notes):
+                return np.empty((0, 5))
+            return tokenizer.decode_notes(tokenizer.encode_notes(notes))
+
+        last, reach, kept_onsets = round(end / step), {}, {}
+        for _, _, off, _, part in on_grid(replaced):
+            reach[int(part)] = max(reach.get(int(part), last), round(off / step))
+        for pitch, on, _, _, part in on_grid(kept):
+            kept_onsets.setdefault(tokenizer.pitch_offset + int(part) * NUM_PITCHES + int(pitch), []).append(round(on / step))
+        onsets = {pitch_id: np.sort(found) for pitch_id, found in kept_onsets.items()}
+        return cls(last, tokenizer.pitch_offset, reach, onsets)
+
+    def latest(self, pitch_id: int, time: int) -> int:
+        """The latest end (step) of a note of ``pitch_id`` (a PITCH id: part and pitch) that starts at ``time``."""
+        latest = self.reach.get((pitch_id - self.pitch_offset) // NUM_PITCHES, self.last)
+        onsets = self.kept_onsets.get(pitch_id)
+        if onsets is not None:
+            later = onsets[onsets > time]
+            latest = min(latest, int(later[0])) if len(later) else latest
+        return latest
+
+
 def banned_ids(tokenizer: MidiDurationTokenizer, parts: list[int]) -> torch.Tensor:
     """bool ``(vocab,)``: the ids the decoder never lets the model write inside the window — the PITCH ids of
     parts not in ``parts``, every AHEAD and infilling id (given notes come from the caller, never from the
@@ -509,7 +568,7 @@ def decoder_token_nll(
     parts: list[int],
     seq_len: int,
     stride: int | None = None,
-    window_end: float | None = None,
+    window_end: float | NoteEnds | None = None,
     stop_at: float | None = None,
 ) -> np.ndarray:
     """The NLL (nats) of each of ``ids[1:]`` as the harmonize / infill decoder samples it, float64 ``(len(ids) - 1,)``.
@@ -521,7 +580,8 @@ def decoder_token_nll(
     and no shift passes the next given note (with AHEAD ids, the shift that reaches it takes the
     probability of the longer ones: :func:`stop_shifts_at`). ``window_end`` (seconds): while a note the
     model started waits for its length, lengths that pass it are never written (None: not applied — a real
-    note that passes it would score ``inf``). ``stop_at`` (seconds): outside a ``GAP … AFTER … MIDDLE``
+    note that passes it would score ``inf``); :func:`infill`'s decoder lets a part's notes sound longer
+    (:class:`NoteEnds`, which ``window_end`` may be). ``stop_at`` (seconds): outside a ``GAP … AFTER … MIDDLE``
     block, time stops there as at a given note and EOS is never written before it — :func:`infill`'s decoder,
     which feeds the music after the span (before the block it stops time where it reads the block: the same
     probability for every id arriving earlier). The block's ids are read, not decoded: they count as given,
@@ -558,11 +618,13 @@ def decoder_token_nll(
     pending = _waiting_for_length(tokenizer, ids, is_given)
     too_long = None  # (len(ids) - 1, vocab): lengths past the window's end, where a note of the model waits for one
     if window_end is not None:
+        ends = window_end if isinstance(window_end, NoteEnds) else NoteEnds.of(tokenizer, window_end)
         too_long = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
-        last = round(window_end / tokenizer.config.time_step)
         lengths = torch.as_tensor(tokenizer.config.duration_steps)
+        last_pitch = np.maximum.accumulate(np.where(is_pitch, np.arange(len(ids)), 0))  # the PITCH a length waits for
         for position in np.flatnonzero(pending[:-1]):
-            too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > last - int(time[position])
+            latest = ends.latest(int(ids[last_pitch[position]]), int(time[position]))
+            too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > latest - int(time[position])
     # the model's own notes: their pitches are not struck twice in their part at one onset
     struck = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
     written = np.flatnonzero(pending[:-1] & (ids[1:] >= tokenizer.duration_offset) & (ids[1:] < tokenizer.control_offset)) + 1
