@@ -30,6 +30,7 @@ from multimodal.music import (
     read_primer,
     score_music,
 )
+from multimodal.music.bars import span_point, span_seconds
 from multimodal.music.harmonize import (
     LOOKAHEAD_IDS,
     NEW_IDS_PER_SECOND,
@@ -82,9 +83,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     harmony.add_argument("--parts", nargs="+", default=None,
                          help="the parts to write (numbers from 1 or names; default: all the others, or all for "
                               "--infill)")  # fmt: skip
-    harmony.add_argument("--infill", nargs=2, type=_seconds, metavar=("START", "END"),
+    harmony.add_argument("--infill", nargs=2, type=_span_point, metavar=("START", "END"),
                          help="rewrite the --primer's notes that start between these times (seconds, e.g. 10s "
-                              "20s), keeping everything before and after")  # fmt: skip
+                              "20s, or bars by the file's meter and tempo: bar9 bar13 is bars 9-12), keeping "
+                              "everything before and after")  # fmt: skip
     harmony.add_argument("--avoid-parallels", action="store_true",
                          help="never write parallel fifths or octaves against another part (a decoding rule)")
     harmony.add_argument("--lookahead", choices=list(LOOKAHEAD_IDS), default=None,
@@ -189,13 +191,15 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         raise ValueError("--infill: needs the duration vocabulary (each note carries its length)")
     if args.primer is None or args.primer.is_dir() or args.num_beams > 1:
         raise ValueError("--infill: give the piece with --primer FILE (one file; no --num-beams)")
-    start, end = args.infill
-    if not start < end:
-        raise ValueError(f"--infill {start:g} {end:g}: the start must come before the end")
+    asked = " ".join(args.infill)
     parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
     notes = read_primer(args.primer, tokenizer)
+    try:
+        start, end = span_seconds(*args.infill, path=args.primer)
+    except ValueError as error:
+        raise ValueError(f"--infill {asked}: {error}") from None
     if len(notes) == 0 or start >= float(notes[:, 2].max()):
-        raise ValueError(f"--infill {start:g} {end:g}: {args.primer} ends before the span starts")
+        raise ValueError(f"--infill {asked}: {args.primer} ends before the span starts")
     paths = infill_to_files(
         model, tokenizer, notes, start, end, args.out, _sampling(args, tokenizer), parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
@@ -203,7 +207,8 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         avoid_parallels=args.avoid_parallels,
         chord_sizes=model_training_data(getattr(args, "model_source", None), data).get("chord_sizes"),
     )  # fmt: skip
-    print(f"filled {start:g}-{end:g} s of {args.primer}")
+    in_bars = f" ({asked})" if any(span_point(point)[1] for point in args.infill) else ""
+    print(f"filled {start:g}-{end:g} s{in_bars} of {args.primer}")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
 
@@ -213,12 +218,13 @@ def _continuation_ids(args: argparse.Namespace) -> int:
     return CONTINUATION_IDS if args.max_new_tokens is None else args.max_new_tokens
 
 
-def _seconds(text: str) -> float:
-    """A time in seconds, ``12.5`` or ``12.5s``."""
+def _span_point(text: str) -> str:
+    """One end of an ``--infill`` span as given, once :func:`~multimodal.music.bars.span_point` can read it."""
     try:
-        return non_negative_float(text.removesuffix("s"))
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time in seconds (e.g. 10 or 10s)") from None
+        span_point(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _part(tokenizer: MidiTokenizer, text: str, option: str) -> int:

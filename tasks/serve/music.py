@@ -1,5 +1,6 @@
-"""The music page: continue a held-out piece or your own MIDI file (or start from nothing), directed by
-style, key, meter and density when the model knows them; hear it, see it, download it."""
+"""The music page: continue a held-out piece or your own MIDI file (or start from nothing), harmonize a
+melody or fill a gap in a piece, directed by style, key, meter and density when the model knows them; hear
+it, see it, download it."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from multimodal.music import (
     check_melody,
     continue_music,
     harmonize_to_files,
+    infill_to_files,
     parse_controls,
     primer_ids,
     read_primer,
     tonality,
 )
+from multimodal.music.bars import span_seconds
 from multimodal.music.continuation import unconditional_prompt
 from multimodal.music.ranges import check_melody_range
 from multimodal.tokenizers.midi_files import read_midi_notes
@@ -33,6 +36,9 @@ SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P, GUIDANCE = (1, 30), (16, 1024), (0.1, 1
 KEY_EMPHASIS = (0.0, 3.0)  # nats on the tonic chord's pitches (multimodal.music.tonality)
 NOTHING = "(nothing: the controls lead)"  # the piece choice that starts from silence
 KEEP = 32  # request folders kept (Gradio serves its own copies): the server's disk use stays bounded
+ACTIONS = {"continue": "continue the piece", "harmonize": "harmonize the upload (kept as the top part)",
+           "infill": "fill a gap in the piece"}  # fmt: skip
+"""What the page can do (the ``action`` of :meth:`MusicSession.continue_primer`), with the page's words for it."""
 
 
 class MusicSession:
@@ -58,17 +64,22 @@ class MusicSession:
     def continue_primer(
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
-        density: float | None = None, harmonize: bool = False, guidance_scale: float = 1.0,
+        density: float | None = None, action: str = "continue", guidance_scale: float = 1.0,
         avoid_parallels: bool = False, key_emphasis: float = 0.0, parts: list[str] | None = None,
+        gap_from: str = "", gap_to: str = "",
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
-        trained with controls (empty: the model's choice); with ``harmonize`` the upload is a melody kept
-        exactly and the model writes the other parts (a model with parts; ``avoid_parallels``: with no parallel
-        fifths or octaves, :class:`~multimodal.music.voice_leading.ParallelsRule`; ``parts``: the names of the parts
-        it writes, :meth:`part_names`, None or empty: every part but the melody's); ``key_emphasis`` leans towards
-        the key's tonic chord (:func:`~multimodal.music.tonality.key_emphasis`). A ``gradio.Error`` (one line) for
-        an upload that is not MIDI, a setting outside its widget's bounds, or a control the model does not know."""
+        trained with controls (empty: the model's choice). ``action`` (:data:`ACTIONS`): ``"continue"`` the first
+        ``seconds``; ``"harmonize"``: the upload is a melody kept exactly and the model writes the other parts;
+        ``"infill"``: the notes of the piece (or upload) that start from ``gap_from`` to ``gap_to`` (seconds, ``10s``,
+        or bars of an upload, ``bar9``: :func:`~multimodal.music.bars.span_seconds`) are written anew, the rest
+        kept. Both need a model with parts; ``avoid_parallels``: with no parallel fifths or octaves
+        (:class:`~multimodal.music.voice_leading.ParallelsRule`); ``parts``: the names of the parts the model writes
+        (:meth:`part_names`; None or empty: every part but the melody's, or every part of the gap).
+        ``key_emphasis`` leans towards the key's tonic chord (:func:`~multimodal.music.tonality.key_emphasis`). A
+        ``gradio.Error`` (one line) for an upload that is not MIDI, a setting outside its widget's bounds, a gap
+        that cannot be read, or a control the model does not know."""
         import gradio as gr
 
         seconds = bounded("primer (seconds)", seconds, *SECONDS)
@@ -86,8 +97,12 @@ class MusicSession:
             raise gr.Error("Key emphasis leans towards the chosen key: choose a key too.")
         leaning = tonality.key_emphasis(self.tokenizer, controls.key, key_emphasis) if key_emphasis else {}
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale, **leaning)
-        if harmonize:
+        if action not in ACTIONS:
+            raise gr.Error(f"Action {action!r}: choose {', '.join(ACTIONS)}.")
+        if action == "harmonize":
             return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts)
+        if action == "infill":
+            return self._infill(piece, upload, (gap_from, gap_to), controls, sampling, seed, avoid_parallels, parts)
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -121,9 +136,19 @@ class MusicSession:
         return self.folder / f"request_{number}"
 
     def part_names(self) -> list[str]:
-        """The names of the model's parts after the first, which holds an uploaded melody (none without parts)."""
+        """The names of the model's parts (none without parts); the first holds a melody to harmonize."""
         config = self.tokenizer.config
-        return [config.part_name(part) for part in range(1, getattr(config, "num_parts", 1))]
+        parts = getattr(config, "num_parts", 1)
+        return [config.part_name(part) for part in range(parts)] if parts > 1 else []
+
+    def _chosen_parts(self, parts: list[str] | None) -> list[int] | None:
+        """The indices of the named ``parts`` (None for none); a ``gradio.Error`` for a name the model lacks."""
+        import gradio as gr
+
+        names = self.part_names()
+        if parts and not set(parts) <= set(names):
+            raise gr.Error(f"Parts {', '.join(sorted(set(parts) - set(names)))}: choose among {', '.join(names)}.")
+        return [names.index(name) for name in parts] if parts else None
 
     def _harmonize(self, upload: str | None, controls, sampling: SamplingConfig, seed: int,
                    avoid_parallels: bool = False, parts: list[str] | None = None,
@@ -133,10 +158,9 @@ class MusicSession:
 
         if not upload:
             return None, None, None, "Upload a one-line melody (a MIDI file) to harmonize."
-        names = self.part_names()
-        if parts and not set(parts) <= set(names):
-            raise gr.Error(f"Parts {', '.join(sorted(set(parts) - set(names)))}: choose among {', '.join(names)}.")
-        chosen = [1 + names.index(name) for name in parts] if parts else None
+        names, chosen = self.part_names(), self._chosen_parts(parts)
+        if chosen and 0 in chosen:
+            raise gr.Error(f"{names[0]} holds the melody: choose the parts to write among {', '.join(names[1:])}.")
         try:
             melody = check_melody(read_midi_notes(upload), Path(upload).name)
             if self.facts.get("part_ranges") is not None:
@@ -150,9 +174,36 @@ class MusicSession:
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
             raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
         part = self.tokenizer.config.part_name(0)
-        written = ", ".join(names[index - 1] for index in chosen) if chosen else "the other parts"
+        written = ", ".join(names[index] for index in chosen) if chosen else "the other parts"
         return (str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path),
                 f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
+
+    def _infill(self, piece: str | None, upload: str | None, gap: tuple[str, str], controls, sampling: SamplingConfig,
+                seed: int, avoid_parallels: bool = False, parts: list[str] | None = None,
+                ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
+        """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew."""
+        import gradio as gr
+
+        chosen = self._chosen_parts(parts)
+        try:
+            if upload:
+                notes, source = read_primer(upload, self.tokenizer), Path(upload).name
+            elif piece in self.pieces:
+                notes, source = self.pieces[piece], f"held-out piece {piece}"
+            else:
+                return None, None, None, "Choose a held-out piece or upload a MIDI file to fill a gap in."
+            start, end = span_seconds(*gap, path=upload or None)
+            if not len(notes) or start >= float(notes[:, 2].max()):
+                raise ValueError(f"{source} ends before the gap starts")
+            (path,) = infill_to_files(self.task.model, self.tokenizer, notes, start, end, self._request_folder(),
+                                      sampling, parts=chosen, controls=controls, seed=seed, audio=True,
+                                      avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"))  # fmt: skip
+        except ValueError as error:  # not MIDI, an unreadable gap, a model without parts or controls
+            reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
+            raise gr.Error(" ".join(reason.split())) from None
+        written = ", ".join(self.part_names()[index] for index in chosen) if chosen else "every part"
+        return (str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path),
+                f"{source}: {start:g}-{end:g} s of {written} written anew; everything else kept.")
 
 
 def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> Any:
@@ -162,9 +213,11 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
     session = MusicSession(task, tokenizer, data, checkpoint)
     names = [*session.pieces, NOTHING]
     directed = bool(getattr(tokenizer.config, "controls", False))
+    has_parts = getattr(tokenizer.config, "num_parts", 1) > 1  # harmonizing and filling gaps need parts
     with gr.Blocks(title="multimodal: music continuation") as page:
         gr.Markdown(f"# Music continuation\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out "
-                    f"piece or upload a MIDI file; the model continues its first seconds.")  # fmt: skip
+                    f"piece or upload a MIDI file; the model continues its first seconds"
+                    + (", harmonizes your melody or fills a gap in the piece." if has_parts else "."))  # fmt: skip
         with gr.Row():
             with gr.Column():
                 piece = gr.Dropdown(names, value=names[0] if names else None, label="held-out piece")
@@ -175,12 +228,16 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
-                harmonize = gr.Checkbox(False, label="harmonize the upload (keep it as the top part)",
-                                        visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
-                avoid_parallels = gr.Checkbox(False, label="harmonize without parallel fifths or octaves",
-                                              visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
-                parts = gr.CheckboxGroup(session.part_names(), label="parts to write (none ticked: all of them)",
-                                         visible=getattr(tokenizer.config, "num_parts", 1) > 1)  # fmt: skip
+                action = gr.Radio([(words, name) for name, words in ACTIONS.items()], value="continue",
+                                  label="what the model does", visible=has_parts)  # fmt: skip
+                with gr.Row(visible=has_parts):
+                    gap_from = gr.Textbox("", label="gap from (seconds: 10 or 10s; or bar9 of an upload)")
+                    gap_to = gr.Textbox("", label="gap to (bar13: up to where bar 13 starts)")
+                avoid_parallels = gr.Checkbox(False, label="no parallel fifths or octaves (harmonizing, filling)",
+                                              visible=has_parts)  # fmt: skip
+                parts = gr.CheckboxGroup(session.part_names(), visible=has_parts,
+                                         label="parts to write (none ticked: all but the melody's when harmonizing, "
+                                               "all of them in a gap)")  # fmt: skip
                 with gr.Row(visible=directed):  # a model trained with controls (docs/music.md)
                     style = gr.Dropdown(["", *STYLES], value="", label="style")
                     key = gr.Dropdown(["", *KEYS], value="", label="key")
@@ -194,10 +251,10 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
             with gr.Column():
                 message = gr.Markdown()
                 audio = gr.Audio(label="listen", type="filepath")
-                roll = gr.Image(label="piano roll: primer blue, continuation orange", type="filepath")
+                roll = gr.Image(label="piano roll: what was given blue, the model's notes orange", type="filepath")
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
-                                                key, meter, density, harmonize, guidance, avoid_parallels, emphasis,
-                                                parts],
+                                                key, meter, density, action, guidance, avoid_parallels, emphasis,
+                                                parts, gap_from, gap_to],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

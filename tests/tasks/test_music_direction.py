@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import mido
 import numpy as np
 import pretty_midi
 import pytest
@@ -96,24 +97,34 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     continued = pretty_midi.PrettyMIDI(str(tmp_path / "continued/sample_0.mid"))
     assert [track.name for track in continued.instruments] == SATB  # the primer's voices, read part by part
 
-    main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "filled"), "--primer", str(primer),
-          "--infill", "2s", "5", "--parts", "tenor", "--no-audio", "--seed", "0", "--max-new-tokens", "64"])  # fmt: skip
-    filled = pretty_midi.PrettyMIDI(str(tmp_path / "filled/sample_0.mid"))
-
-    def onsets(midi, name, inside):
-        track = next(t for t in midi.instruments if t.name.lower() == name.lower())
-        return sorted((n.pitch, round(n.start, 2)) for n in track.notes if (2.0 <= round(n.start, 2) < 5.0) == inside)
-
+    # bars by the file's meter and tempo, worked out from its one time signature and tempo (mido)
+    metas = [m for track in mido.MidiFile(str(primer)).tracks for m in track if m.type in ("time_signature", "set_tempo")]
+    ((numerator, denominator),) = {(m.numerator, m.denominator) for m in metas if m.type == "time_signature"}
+    (tempo,) = {m.tempo for m in metas if m.type == "set_tempo"}
+    bar = numerator * 4 / denominator * tempo / 1e6
     original = pretty_midi.PrettyMIDI(str(primer))
     music21_names = [t.name for t in original.instruments]
-    for voice, music21_name in zip(SATB, music21_names, strict=True):
-        assert onsets(filled, voice, False) == onsets(original, music21_name, False)  # outside the span: as it was
-        if voice != "Tenor":
-            assert onsets(filled, voice, True) == onsets(original, music21_name, True)  # other voices: kept
-    tenor = next(t for t in filled.instruments if t.name == "Tenor")
-    replaced = next(t for t in original.instruments if t.name == music21_names[2]).notes
-    reach = max([5.0, *(n.end for n in replaced if 2.0 <= round(n.start, 2) < 5.0)])  # where the replaced notes rang
-    assert all(n.end <= reach + 1e-6 for n in tenor.notes if 2.0 <= round(n.start, 2) < 5.0)  # nothing hangs
+    for span, (start, end) in [(("2s", "5"), (2.0, 5.0)), (("bar2", "bar3"), (bar, 2 * bar))]:
+        capsys.readouterr()
+        main(["generate", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "filled"), "--primer", str(primer),
+              "--infill", *span, "--parts", "tenor", "--no-audio", "--seed", "0", "--max-new-tokens", "64",
+              "--overwrite"])  # fmt: skip
+        assert f"filled {start:g}-{end:g} s" in capsys.readouterr().out
+        filled = pretty_midi.PrettyMIDI(str(tmp_path / "filled/sample_0.mid"))
+
+        def onsets(midi, name, inside, span=(start, end)):
+            track = next(t for t in midi.instruments if t.name.lower() == name.lower())
+            return sorted((n.pitch, round(n.start, 2)) for n in track.notes
+                          if (round(span[0], 2) <= round(n.start, 2) < round(span[1], 2)) == inside)  # fmt: skip
+
+        for voice, music21_name in zip(SATB, music21_names, strict=True):
+            assert onsets(filled, voice, False) == onsets(original, music21_name, False)  # outside the span: as it was
+            if voice != "Tenor":
+                assert onsets(filled, voice, True) == onsets(original, music21_name, True)  # other voices: kept
+        tenor = next(t for t in filled.instruments if t.name == "Tenor")
+        replaced = next(t for t in original.instruments if t.name == music21_names[2]).notes
+        reach = max([end, *(n.end for n in replaced if start <= round(n.start, 2) < end)])  # where the replaced notes rang
+        assert all(n.end <= reach + 1e-6 for n in tenor.notes if start <= round(n.start, 2) < end)  # nothing hangs
 
     tune = pretty_midi.PrettyMIDI()  # a melody the model has never seen, one line
     line = pretty_midi.Instrument(0, name="flute")
@@ -132,18 +143,40 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
         (n.pitch, n.start, n.end) for n in line.notes]  # fmt: skip
     assert {track.name for track in harmonized.instruments} <= set(SATB)
     assert (tmp_path / "harmonized/sample_0.png").is_file()
-    *_, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True,
-                                          avoid_parallels=True)  # fmt: skip
+    *_, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0,
+                                          action="harmonize", avoid_parallels=True)  # fmt: skip
     assert "tune.mid: 8 notes kept as the Soprano" in message  # the page's upload, harmonized
-    assert session.part_names() == SATB[1:]  # the page's choice of parts to write
+    assert session.part_names() == SATB  # the page's choice of parts to write
     *_, midi_path, message = session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0,
-                                                     harmonize=True, parts=["Bass", "Alto"])  # fmt: skip
+                                                     action="harmonize", parts=["Bass", "Alto"])  # fmt: skip
     assert message.endswith("the model wrote Bass, Alto.")
     assert {t.name for t in pretty_midi.PrettyMIDI(midi_path).instruments if t.notes} <= {"Soprano", "Alto", "Bass"}
     import gradio as gr
 
-    with pytest.raises(gr.Error, match="Parts Quinto: choose among Alto, Tenor, Bass"):
-        session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, harmonize=True, parts=["Quinto"])
+    with pytest.raises(gr.Error, match="Parts Quinto: choose among Soprano, Alto, Tenor, Bass"):
+        session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize",
+                                parts=["Quinto"])  # fmt: skip
+    with pytest.raises(gr.Error, match="Soprano holds the melody: choose the parts to write among Alto, Tenor, Bass"):
+        session.continue_primer(None, str(tmp_path / "tune.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize",
+                                parts=["Soprano", "Bass"])  # fmt: skip
+    # the page fills a gap in bars of the upload, the tenor only: everything else comes back as it was
+    *_, midi_path, message = session.continue_primer(None, str(primer), 3.0, 32, 1.0, 0.95, 0, action="infill",
+                                                     gap_from="bar2", gap_to="bar3", parts=["Tenor"])  # fmt: skip
+    assert message == f"bwv269.mid: {bar:g}-{2 * bar:g} s of Tenor written anew; everything else kept."
+    page = pretty_midi.PrettyMIDI(midi_path)
+    for voice, music21_name in zip(SATB, music21_names, strict=True):
+        assert onsets(page, voice, False, (bar, 2 * bar)) == onsets(original, music21_name, False, (bar, 2 * bar))
+    held_out = next(iter(session.pieces))  # a held-out piece has no file: seconds only
+    *_, message = session.continue_primer(held_out, None, 3.0, 32, 1.0, 0.95, 0, action="infill", gap_from="1",
+                                          gap_to="2s")  # fmt: skip
+    assert message == f"held-out piece {held_out}: 1-2 s of every part written anew; everything else kept."
+    for gap, reason in [(("bar1", "bar2"), "bars need the MIDI file"), (("2", "1"), "the start must come before"),
+                        (("soon", "2"), "'soon' is not a time"), (("500", "600"), "ends before the gap starts")]:  # fmt: skip
+        with pytest.raises(gr.Error, match=reason):
+            session.continue_primer(held_out, None, 3.0, 32, 1.0, 0.95, 0, action="infill", gap_from=gap[0],
+                                    gap_to=gap[1])  # fmt: skip
+    with pytest.raises(gr.Error, match="Action 'dance': choose continue, harmonize, infill"):
+        session.continue_primer(held_out, None, 3.0, 32, 1.0, 0.95, 0, action="dance")
     from test_reliability import one_line_error
 
     line = one_line_error(["generate", "--checkpoint", checkpoint, "--out", tmp_path / "y", "--harmonize",
@@ -178,7 +211,7 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
     assert line.startswith(expected)
     with pytest.raises(gr.Error, match="outside the range Soprano had in the model's training music"):
         MusicSession(task, tokenizer, data, checkpoint).continue_primer(None, str(tmp_path / "high.mid"), 3.0, 32, 1.0,
-                                                                        0.95, 0, harmonize=True)  # fmt: skip
+                                                                        0.95, 0, action="harmonize")  # fmt: skip
 
 
 def test_controls_asked_of_a_model_without_them_and_bad_values_are_one_line(chorales, tmp_path, capsys, monkeypatch):
