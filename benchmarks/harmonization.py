@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -48,38 +49,64 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="music", help="a shipped model's name or a model folder / checkpoint")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--pieces", type=int, default=None, help="at most this many test chorales")
+    parser = chorale_arguments(__doc__, "harmonization.jsonl")
     parser.add_argument("--avoid-parallels", action="store_true", help="harmonize with the parallels rule")
-    parser.add_argument("--table", action="store_true")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "harmonization.jsonl")
     args = parser.parse_args()
     if not args.table:
         run(args)
     print(table(load(args.out)))
 
 
-def run(args: argparse.Namespace) -> None:
+def chorale_arguments(description: str, out_name: str) -> argparse.ArgumentParser:
+    """The options of a benchmark over the test chorales: the model, seeds, seconds of each piece, how many pieces,
+    ``--table`` and ``--out`` (``benchmarks/results/<out_name>``)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="music", help="a shipped model's name or a model folder / checkpoint")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seconds", type=float, default=30.0, help="each chorale cut to this")
+    parser.add_argument("--pieces", type=int, default=None, help="at most this many test chorales")
+    parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / out_name)
+    return parser
+
+
+class Measured(NamedTuple):
+    """A model and the Bach chorales it is measured on."""
+
+    model: torch.nn.Module  # in eval mode
+    tokenizer: Any
+    chord_sizes: list[int] | None  # what the command bounds the written parts by
+    train: Any  # the Bach corpus's training split (a MidiCorpus), by the model's run's percentages
+    test: Any  # its test split
+    chosen: list[int]  # the test pieces with all four voices (at most the asked number)
+
+
+def load_measured(model_name: str, pieces: int | None = None) -> Measured:
+    """``model_name`` (a shipped model's name, a model folder or a checkpoint) loaded with 2 threads, and the Bach
+    chorales of its run's splits."""
     from multimodal.data.music21_corpus import load_music21_corpus
-    from multimodal.layers.quantize import quantize_model
-    from multimodal.music.harmonize import harmonize
     from multimodal.pretrained import resolve_model
     from tasks.checkpoint import load_task
     from tasks.commands.music import model_training_data
 
     torch.set_num_threads(2)
-    loaded = load_task(resolve_model(args.model))
+    loaded = load_task(resolve_model(model_name))
     model, tokenizer, data = loaded.task.model.eval(), loaded.tokenizer, loaded.data
-    chord_sizes = model_training_data(resolve_model(args.model), data).get("chord_sizes")  # as the command bounds them
+    chord_sizes = model_training_data(resolve_model(model_name), data).get("chord_sizes")
     percents = data.get("validation_percent", 10), data.get("test_percent", 10)
     corpus = load_music21_corpus(["bach"], num_parts=data.get("num_parts", 5))
-    ranges = part_ranges(corpus.split("train", *percents).notes, len(VOICES))  # as Bach wrote them: no transposition
     test = corpus.split("test", *percents)
     chosen = [i for i, notes in enumerate(test.notes) if set(VOICES) <= set(notes[:, 4].astype(int).tolist())]
-    chosen = chosen[: args.pieces] if args.pieces else chosen
+    return Measured(model, tokenizer, chord_sizes, corpus.split("train", *percents), test,
+                        chosen[:pieces] if pieces else chosen)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> None:
+    from multimodal.layers.quantize import quantize_model
+    from multimodal.music.harmonize import harmonize
+
+    model, tokenizer, chord_sizes, train, test, chosen = load_measured(args.model, args.pieces)
+    ranges = part_ranges(train.notes, len(VOICES))  # as Bach wrote them: no transposition
     real = [cut(test.notes[i], args.seconds) for i in chosen]
     day = datetime.date.today().isoformat()
     reference = measure(real, ranges)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harmonization import cut, on_grid
+from harmonization import chorale_arguments, cut, load_measured, on_grid
 from protocol import load, record, spread
 
 from multimodal.music.voice_leading import FOUR_PARTS as VOICES
@@ -44,15 +44,9 @@ SHORT = 0.15
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="music", help="a shipped model's name or a model folder / checkpoint")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--seconds", type=float, default=30.0, help="each chorale cut to this")
+    parser = chorale_arguments(__doc__, "infill_seams.jsonl")
     parser.add_argument("--span", type=float, default=4.0, help="seconds rewritten, from 40 %% of the cut piece")
-    parser.add_argument("--pieces", type=int, default=None, help="at most this many test chorales")
     parser.add_argument("--label", default="", help="names the decoder in the rows (e.g. a commit)")
-    parser.add_argument("--table", action="store_true")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "infill_seams.jsonl")
     args = parser.parse_args()
     if not args.table:
         run(args)
@@ -60,20 +54,9 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from multimodal.data.music21_corpus import load_music21_corpus
     from multimodal.music.harmonize import infill
-    from multimodal.pretrained import resolve_model
-    from tasks.checkpoint import load_task
-    from tasks.commands.music import model_training_data
 
-    torch.set_num_threads(2)
-    loaded = load_task(resolve_model(args.model))
-    model, tokenizer, data = loaded.task.model.eval(), loaded.tokenizer, loaded.data
-    chord_sizes = model_training_data(resolve_model(args.model), data).get("chord_sizes")  # as the command bounds them
-    percents = data.get("validation_percent", 10), data.get("test_percent", 10)
-    test = load_music21_corpus(["bach"], num_parts=data.get("num_parts", 5)).split("test", *percents)
-    chosen = [i for i, notes in enumerate(test.notes) if set(VOICES) <= set(notes[:, 4].astype(int).tolist())]
-    chosen = chosen[: args.pieces] if args.pieces else chosen
+    model, tokenizer, chord_sizes, _, test, chosen = load_measured(args.model, args.pieces)
     pieces = [on_grid(tokenizer, cut(test.notes[i], args.seconds)) for i in chosen]
     spans = [(round(0.4 * piece[:, 2].max(), 2), round(0.4 * piece[:, 2].max(), 2) + args.span) for piece in pieces]
     real = [seams(piece, piece, *span) for piece, span in zip(pieces, spans, strict=True)]
