@@ -66,9 +66,10 @@ gpu-check: install
 	$(BIN)/python benchmarks/gpu_check.py --out gpu_check.md
 
 # The serve page in a real headless browser (Debian's chromium + chromium-driver, Selenium):
-# presses Continue on a music checkpoint's page and waits until the browser has loaded the audio.
+# presses Generate on a music checkpoint's page and waits until the browser has loaded the audio, and fills a
+# gap in bars of an uploaded chorale on the shipped model's page.
 # With MULTIMODAL_SERVE_CHECKPOINT=outputs/demo MULTIMODAL_SCREENSHOTS=docs/images it serves the
-# demo's model and saves docs/images/serve_music.png.
+# demo's model and saves docs/images/serve_music.png (and serve_music_infill.png, the shipped model filling a gap).
 browser: install
 	command -v chromedriver >/dev/null || (apt-get update && apt-get install -y chromium chromium-driver)
 	$(BIN)/pip install --quiet -e ".[browser]"

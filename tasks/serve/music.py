@@ -214,8 +214,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
     names = [*session.pieces, NOTHING]
     directed = bool(getattr(tokenizer.config, "controls", False))
     has_parts = getattr(tokenizer.config, "num_parts", 1) > 1  # harmonizing and filling gaps need parts
-    with gr.Blocks(title="multimodal: music continuation") as page:
-        gr.Markdown(f"# Music continuation\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out "
+    with gr.Blocks(title="multimodal: music") as page:
+        gr.Markdown(f"# Music\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out "
                     f"piece or upload a MIDI file; the model continues its first seconds"
                     + (", harmonizes your melody or fills a gap in the piece." if has_parts else "."))  # fmt: skip
         with gr.Row():
@@ -242,12 +242,12 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                     style = gr.Dropdown(["", *STYLES], value="", label="style")
                     key = gr.Dropdown(["", *KEYS], value="", label="key")
                     meter = gr.Dropdown(["", *METERS[:-1]], value="", label="meter")
-                    density = gr.Number(None, minimum=0.1, maximum=50, label="notes per second")
+                    density = gr.Number(0, minimum=0, maximum=50, label="notes per second (0: the model's choice)")
                     guidance = gr.Slider(*GUIDANCE, value=1.0, step=0.5,
                                          label="guidance (> 1: follow the controls more strictly)")  # fmt: skip
                     emphasis = gr.Slider(*KEY_EMPHASIS, value=0.0, step=0.25,
                                          label="key emphasis (lean on the key's tonic chord)")  # fmt: skip
-                button = gr.Button("Continue", variant="primary")
+                button = gr.Button("Generate", variant="primary")
             with gr.Column():
                 message = gr.Markdown()
                 audio = gr.Audio(label="listen", type="filepath")

@@ -1,8 +1,9 @@
-"""The music page in a real headless browser: press Continue, an audio player appears (slow; ``make browser``).
+"""The music page in a real headless browser: press Generate, an audio player appears; fill a gap in bars of an
+uploaded file with the shipped model (slow; ``make browser``).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` and the ``.[browser]`` extra (Selenium); skipped
-without them. Saves a screenshot of the page, after the continuation, to ``$MULTIMODAL_SCREENSHOTS``
-when that is set, of ``$MULTIMODAL_SERVE_CHECKPOINT`` (a music checkpoint or folder) instead of a
+without them. Saves screenshots of the pages, after they answered, to ``$MULTIMODAL_SCREENSHOTS``
+when that is set: the continuation of ``$MULTIMODAL_SERVE_CHECKPOINT`` (a music checkpoint or folder) instead of a
 one-step model when that is set (how ``docs/images/serve_music.png`` is made from the demo's model).
 """
 
@@ -54,7 +55,7 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
     try:
         driver.get(f"http://127.0.0.1:{port}/")
         wait = WebDriverWait(driver, 120)
-        button = wait.until(expected_conditions.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Continue']")))
+        button = wait.until(expected_conditions.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Generate']")))
 
         def loaded_seconds(d):  # the player's duration, which the browser shows once it decoded the WAV
             shown = [t.text for t in d.find_elements(By.CSS_SELECTOR, "[data-testid='waveform-listen'] time#duration")]
@@ -68,6 +69,53 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "img[src*='.png']"))  # the piano roll
         if os.environ.get("MULTIMODAL_SCREENSHOTS"):
             driver.save_screenshot(str(Path(os.environ["MULTIMODAL_SCREENSHOTS"]) / "serve_music.png"))
+    finally:
+        driver.quit()
+        page.close()
+
+
+def test_the_shipped_models_page_fills_a_gap_in_bars_of_an_upload(tmp_path):
+    """The page's "fill a gap" choice, the gap's ends and a part box, as a visitor sets them; the answer names the
+    span in seconds (bars 2-3 of a 3/4 chorale at 120 beats a minute: 1.5-3 s) and the part written. The shipped
+    model shows the controls' row too, whose every field the browser sends and Gradio checks against its bounds
+    (an empty "notes per second" went as 0, under its minimum, and failed every request of this page)."""
+    driver = _driver()
+    from music21 import corpus
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+    from tasks.serve import build_page
+
+    chorale = tmp_path / "bwv269.mid"
+    corpus.parse("bach/bwv269").write("midi", fp=chorale)  # 3/4 at 120 (music21's default tempo)
+    folder = resolve_model("music")
+    task, tokenizer, data = load_task(folder)
+    page = build_page(task, tokenizer, data, folder)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/")
+        wait = WebDriverWait(driver, 120)
+        wait.until(lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Generate']"))
+        driver.find_element(By.CSS_SELECTOR, "input[type='file']").send_keys(str(chorale))
+        wait.until(lambda d: d.find_elements(By.XPATH, "//td[@aria-label='bwv269.mid']"))  # uploaded
+        driver.find_element(By.XPATH, "//label[.//span[normalize-space()='fill a gap in the piece']]").click()
+        for label, text in (("gap from", "bar2"), ("gap to", "bar3")):
+            box = driver.find_element(By.XPATH, f"//label[.//span[starts-with(normalize-space(), '{label}')]]//textarea")
+            box.send_keys(text)
+        driver.find_element(By.XPATH, "//label[.//span[normalize-space()='Part 3']]").click()
+        driver.find_element(By.XPATH, "//button[normalize-space()='Generate']").click()
+        answer = "bwv269.mid: 1.5-3 s of Part 3 written anew; everything else kept."
+        wait.until(lambda d: d.find_elements(By.XPATH, f"//*[normalize-space()='{answer}']"))
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "img[src*='.png']"))  # the piano roll
+        if os.environ.get("MULTIMODAL_SCREENSHOTS"):  # the whole page, its answer at the top right
+            driver.set_window_size(1400, 2000)
+            driver.execute_script("window.scrollTo(0, 0)")
+            driver.save_screenshot(str(Path(os.environ["MULTIMODAL_SCREENSHOTS"]) / "serve_music_infill.png"))
     finally:
         driver.quit()
         page.close()
