@@ -35,9 +35,10 @@ which stays the default.
 span are rewritten, the music before it and after it is given, and a new note sounds no later than the
 notes of its part that it replaces did (the span's end, if they ended before) and never onto a kept note of
 its part and pitch (:class:`NoteEnds`), so none hangs across the seam: what sounded there before is what the
-new notes may fill, and a part is not left silent from the span's end to its next kept note. With a vocabulary that has ``GAP AFTER MIDDLE`` ids
-(``infill_after_steps``), the music after the span is written first, in full, before the model writes
-the span (prefix, suffix, middle: :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`).
+new notes may fill, and a part is not left silent from the span's end to its next kept note. With a
+vocabulary that has ``GAP AFTER MIDDLE`` ids (``infill_after_steps``), the music after the span is written
+first, in full, before the model writes the span (prefix, suffix, middle:
+:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`).
 """
 
 from __future__ import annotations
@@ -199,10 +200,9 @@ def infill(
     Notes starting before the span keep their length (they may sound into it); a new note sounds no later
     than the replaced notes of its part did (``end`` if they ended before it) and never onto a kept note of its
     part and pitch (:meth:`NoteEnds.of`), so none hangs across the seam; the music after ``end`` is given back
-    exactly. A vocabulary
-    with infilling ids (``infill_after_steps``) reads the music after the span before writing it, as it
-    was trained (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`); the
-    ids then hold ``GAP … AFTER … MIDDLE`` after the music before the span (:meth:`decode_notes` reads them).
+    exactly. A vocabulary with infilling ids (``infill_after_steps``) reads the music after the span before
+    writing it, as it was trained (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`);
+    the ids then hold ``GAP … AFTER … MIDDLE`` after the music before the span (:meth:`decode_notes` reads them).
 
     Raises:
         ValueError: An empty or inverted span, or parts the vocabulary does not have.
@@ -252,7 +252,8 @@ def constrained_decode(
     The rules of the module docstring: given tokens fed at their onsets, shifts that would pass the next
     given onset and EOS (while given notes remain) masked, PITCH ids of other parts masked, and outside
     the window no new note at all (time jumps straight to the next given onset or the window). A note the
-    model starts ends by the window's end, or where ``note_ends`` says (:meth:`NoteEnds.latest`). Decoding stops at EOS once every given note is written, once
+    model starts ends by the window's end, or where ``note_ends`` says (:meth:`NoteEnds.latest`). Decoding
+    stops at EOS once every given note is written, once
     time passes the window and the given notes, or after ``max_new_tokens`` sampled tokens (None:
     :func:`new_ids_budget` of the window; given notes not reached by then are appended, alone, with a warning
     saying where the new parts stop). ``avoid_parallels``: one note at a time in each of ``parts``, and
