@@ -338,11 +338,11 @@ class LongNotes(nn.Module):
     """Wants a note of a few pitches in every part, each as long as the vocabulary can write it, then the longest
     time shift."""
 
-    def __init__(self, tokenizer: MidiDurationTokenizer) -> None:
+    def __init__(self, tokenizer: MidiDurationTokenizer, parts: int = 4) -> None:
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(()))
         self.bias = torch.full((tokenizer.vocab_size,), -10.0)
-        for part, pitch in itertools.product(range(4), (60, 61, 62, 72, 73, 74)):
+        for part, pitch in itertools.product(range(parts), (60, 61, 62, 72, 73, 74)):
             self.bias[tokenizer.pitch_offset + part * 128 + pitch] = 5.0 + torch.rand(())
         lengths = tokenizer.control_offset - tokenizer.duration_offset
         self.bias[tokenizer.duration_offset : tokenizer.control_offset] = 20.0 * torch.arange(lengths)  # the longest
@@ -381,6 +381,25 @@ def test_infilled_notes_last_as_long_as_the_replaced_ones_did_and_never_onto_a_k
         past_the_end += int((new[:, 2] > 5.0 + 1e-9).sum())
         same_pitch_cut += int((latest < latest_ends(new, replaced, kept[:0], 5.0) - 1e-9).sum())
     assert past_the_end > 0 and same_pitch_cut > 0  # both rules were met on the way
+
+
+def test_a_piece_of_one_part_is_filled_under_the_same_rule():
+    """A vocabulary without parts (the demo's): each new note is as long as the replaced notes allow, no longer."""
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig())
+    model = LongNotes(tokenizer, parts=1)
+    piece = two_parts(np.random.default_rng(0), seconds=10.0)[:, :4]  # both lines in the one part
+    ids = infill(model, tokenizer, piece, 2.0, 5.0, chord_sizes=[2], generator=torch.Generator().manual_seed(0))
+    notes = tokenizer.decode_notes(ids)
+    assert notes.shape[1] == 4
+    span = lambda rows: (rows[:, 1] >= 2.0 - 1e-9) & (rows[:, 1] < 5.0 - 1e-9)  # noqa: E731
+    with_part = lambda rows: np.column_stack([rows, np.zeros(len(rows))])  # noqa: E731
+    new, replaced, kept = (with_part(rows) for rows in (notes[span(notes)], piece[span(piece)], piece[~span(piece)]))
+    latest = latest_ends(new, replaced, kept, 5.0)
+    struck_again = latest_ends(new, new[:, [0, 1, 1, 3, 4]] * [1, 1, 0, 1, 1] + [0, 0, np.inf, 0, 0], new, np.inf)
+    lengths = tokenizer.config.duration_steps * tokenizer.config.time_step
+    fits = [lengths[lengths <= room + 1e-9].max() for room in np.minimum(latest, struck_again) - new[:, 1]]
+    np.testing.assert_allclose(new[:, 2], new[:, 1] + fits, atol=1e-9)
+    assert len(new) > 0 and (new[:, 2] > 5.0 + 1e-9).any()
 
 
 def _parallels(notes: np.ndarray, within: tuple[float, float] | None = None) -> int:

@@ -493,10 +493,11 @@ class NoteEnds:
         ``kept`` ``(m, 5)`` notes of the written parts stay (both as the tokenizer writes them once encoded)."""
         step = tokenizer.config.time_step
 
-        def on_grid(notes: np.ndarray | None) -> np.ndarray:
+        def on_grid(notes: np.ndarray | None) -> np.ndarray:  # (n, 5): one part's notes decode without the column
             if notes is None or not len(notes):
                 return np.empty((0, 5))
-            return tokenizer.decode_notes(tokenizer.encode_notes(notes))
+            notes = tokenizer.decode_notes(tokenizer.encode_notes(notes))
+            return notes if notes.shape[1] == 5 else np.column_stack([notes, np.zeros(len(notes))])
 
         last, reach, kept_onsets = round(end / step), {}, {}
         for _, _, off, _, part in on_grid(replaced):

@@ -97,8 +97,8 @@ class MusicSession:
             raise gr.Error("Key emphasis leans towards the chosen key: choose a key too.")
         leaning = tonality.key_emphasis(self.tokenizer, controls.key, key_emphasis) if key_emphasis else {}
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale, **leaning)
-        if action not in ACTIONS:
-            raise gr.Error(f"Action {action!r}: choose {', '.join(ACTIONS)}.")
+        if action not in self.actions():
+            raise gr.Error(f"Action {action!r}: this model can {', '.join(self.actions())}.")
         if action == "harmonize":
             return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts)
         if action == "infill":
@@ -140,6 +140,12 @@ class MusicSession:
         config = self.tokenizer.config
         parts = getattr(config, "num_parts", 1)
         return [config.part_name(part) for part in range(parts)] if parts > 1 else []
+
+    def actions(self) -> list[str]:
+        """What this model can do among :data:`ACTIONS`: continue; fill a gap with the duration vocabulary (a note's
+        length is bounded when it starts); harmonize with parts too."""
+        fills = hasattr(self.tokenizer, "duration_offset")
+        return ["continue", *(["harmonize"] if fills and self.part_names() else []), *(["infill"] if fills else [])]
 
     def _chosen_parts(self, parts: list[str] | None) -> list[int] | None:
         """The indices of the named ``parts`` (None for none); a ``gradio.Error`` for a name the model lacks."""
@@ -202,8 +208,9 @@ class MusicSession:
             reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
             raise gr.Error(" ".join(reason.split())) from None
         written = ", ".join(self.part_names()[index] for index in chosen) if chosen else "every part"
+        of_parts = f" of {written}" if self.part_names() else ""
         return (str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path),
-                f"{source}: {start:g}-{end:g} s of {written} written anew; everything else kept.")
+                f"{source}: {start:g}-{end:g} s{of_parts} written anew; everything else kept.")
 
 
 def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path) -> Any:
@@ -213,11 +220,13 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
     session = MusicSession(task, tokenizer, data, checkpoint)
     names = [*session.pieces, NOTHING]
     directed = bool(getattr(tokenizer.config, "controls", False))
-    has_parts = getattr(tokenizer.config, "num_parts", 1) > 1  # harmonizing and filling gaps need parts
+    actions = session.actions()
+    has_parts = "harmonize" in actions
     with gr.Blocks(title="multimodal: music") as page:
-        gr.Markdown(f"# Music\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out "
-                    f"piece or upload a MIDI file; the model continues its first seconds"
-                    + (", harmonizes your melody or fills a gap in the piece." if has_parts else "."))  # fmt: skip
+        gr.Markdown(f"# Music\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out piece or upload a "
+                    "MIDI file; the model continues its first seconds"
+                    + (", harmonizes your melody" if has_parts else "")
+                    + (" or fills a gap in the piece." if "infill" in actions else "."))  # fmt: skip
         with gr.Row():
             with gr.Column():
                 piece = gr.Dropdown(names, value=names[0] if names else None, label="held-out piece")
@@ -228,9 +237,9 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
-                action = gr.Radio([(words, name) for name, words in ACTIONS.items()], value="continue",
-                                  label="what the model does", visible=has_parts)  # fmt: skip
-                with gr.Row(visible=has_parts):
+                action = gr.Radio([(ACTIONS[name], name) for name in actions], value="continue",
+                                  label="what the model does", visible=len(actions) > 1)  # fmt: skip
+                with gr.Row(visible="infill" in actions):
                     gap_from = gr.Textbox("", label="gap from (seconds: 10 or 10s; or bar9 of an upload)")
                     gap_to = gr.Textbox("", label="gap to (bar13: up to where bar 13 starts)")
                 avoid_parallels = gr.Checkbox(False, label="no parallel fifths or octaves (harmonizing, filling)",

@@ -175,7 +175,7 @@ def test_a_model_with_parts_and_controls_is_directed_from_the_command_line(chora
         with pytest.raises(gr.Error, match=reason):
             session.continue_primer(held_out, None, 3.0, 32, 1.0, 0.95, 0, action="infill", gap_from=gap[0],
                                     gap_to=gap[1])  # fmt: skip
-    with pytest.raises(gr.Error, match="Action 'dance': choose continue, harmonize, infill"):
+    with pytest.raises(gr.Error, match="Action 'dance': this model can continue, harmonize, infill"):
         session.continue_primer(held_out, None, 3.0, 32, 1.0, 0.95, 0, action="dance")
     from test_reliability import one_line_error
 

@@ -46,6 +46,13 @@ def test_music_page_continues_a_held_out_piece_and_explains_a_broken_upload(chec
     for chosen in (piece, None):  # the upload wins over the piece; a broken one is a one-line error
         with pytest.raises(gradio.Error, match="Could not read the upload: broken.mid: not a readable MIDI"):
             session.continue_primer(chosen, _broken(tmp_path, ".mid"), 3.0, 32, 1.0, 0.95, 0)
+    # one part and note lengths: the page fills a gap (seconds of a held-out piece) but has no melody to harmonize
+    assert session.actions() == ["continue", "infill"]
+    *_, midi, message = session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0, action="infill", gap_from="1",
+                                                gap_to="2")  # fmt: skip
+    assert message == f"held-out piece {piece}: 1-2 s written anew; everything else kept." and Path(midi).is_file()
+    with pytest.raises(gradio.Error, match="Action 'harmonize': this model can continue, infill"):
+        session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0, action="harmonize")
 
 
 def test_text_page_streams_a_continuation(checkpoints):

@@ -34,6 +34,14 @@ def _driver():
     return webdriver.Chrome(service=Service(driver_path), options=options)
 
 
+def save_page(driver, path: Path) -> None:
+    """A screenshot of the whole page from its top (the answer at the top right), however long the form."""
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, max(1000, min(int(height) + 100, 2400)))
+    driver.execute_script("window.scrollTo(0, 0)")
+    driver.save_screenshot(str(path))
+
+
 def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
     driver = _driver()  # skips without the browser or Selenium
     from selenium.webdriver.common.by import By
@@ -68,7 +76,7 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
         assert seconds > 6, f"the continuation lasts {seconds} s, no longer than its primer"
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "img[src*='.png']"))  # the piano roll
         if os.environ.get("MULTIMODAL_SCREENSHOTS"):
-            driver.save_screenshot(str(Path(os.environ["MULTIMODAL_SCREENSHOTS"]) / "serve_music.png"))
+            save_page(driver, Path(os.environ["MULTIMODAL_SCREENSHOTS"]) / "serve_music.png")
     finally:
         driver.quit()
         page.close()
@@ -112,10 +120,8 @@ def test_the_shipped_models_page_fills_a_gap_in_bars_of_an_upload(tmp_path):
         answer = "bwv269.mid: 1.5-3 s of Part 3 written anew; everything else kept."
         wait.until(lambda d: d.find_elements(By.XPATH, f"//*[normalize-space()='{answer}']"))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "img[src*='.png']"))  # the piano roll
-        if os.environ.get("MULTIMODAL_SCREENSHOTS"):  # the whole page, its answer at the top right
-            driver.set_window_size(1400, 2000)
-            driver.execute_script("window.scrollTo(0, 0)")
-            driver.save_screenshot(str(Path(os.environ["MULTIMODAL_SCREENSHOTS"]) / "serve_music_infill.png"))
+        if os.environ.get("MULTIMODAL_SCREENSHOTS"):
+            save_page(driver, Path(os.environ["MULTIMODAL_SCREENSHOTS"]) / "serve_music_infill.png")
     finally:
         driver.quit()
         page.close()
