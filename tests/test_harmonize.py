@@ -334,6 +334,15 @@ def latest_ends(new: np.ndarray, replaced: np.ndarray, kept: np.ndarray, end: fl
     return np.array(latest)
 
 
+def longest_ends(tokenizer, new: np.ndarray, replaced: np.ndarray, kept: np.ndarray, end: float) -> np.ndarray:
+    """Where each ``new`` note of a model that wants every note as long as it can be ends: at its
+    :func:`latest_ends`, or sooner at the next onset of its part and pitch among ``new`` (a repeated note ends the
+    one before), on the longest length the vocabulary has that fits."""
+    room = np.minimum(latest_ends(new, replaced, kept, end), latest_ends(new, new[:0], new, np.inf)) - new[:, 1]
+    lengths = tokenizer.config.duration_steps * tokenizer.config.time_step
+    return new[:, 1] + np.array([lengths[lengths <= space + 1e-9].max() for space in room])
+
+
 class LongNotes(nn.Module):
     """Wants a note of a few pitches in every part, each as long as the vocabulary can write it, then the longest
     time shift."""
@@ -373,12 +382,9 @@ def test_infilled_notes_last_as_long_as_the_replaced_ones_did_and_never_onto_a_k
         span = lambda rows: (rows[:, 1] >= 2.0 - 1e-9) & (rows[:, 1] < 5.0 - 1e-9)  # noqa: E731
         new, replaced, kept = notes[span(notes)], piece[span(piece)], piece[~span(piece)]
         assert len(new) > 0
-        latest = latest_ends(new, replaced, kept, 5.0)
-        struck_again = latest_ends(new, new[:, [0, 1, 1, 3, 4]] * [1, 1, 0, 1, 1] + [0, 0, np.inf, 0, 0], new, np.inf)
-        lengths = tokenizer.config.duration_steps * tokenizer.config.time_step  # the longest one that fits
-        fits = [lengths[lengths <= room + 1e-9].max() for room in np.minimum(latest, struck_again) - new[:, 1]]
-        np.testing.assert_allclose(new[:, 2], new[:, 1] + fits, atol=1e-9)  # as long as allowed
+        np.testing.assert_allclose(new[:, 2], longest_ends(tokenizer, new, replaced, kept, 5.0), atol=1e-9)
         past_the_end += int((new[:, 2] > 5.0 + 1e-9).sum())
+        latest = latest_ends(new, replaced, kept, 5.0)
         same_pitch_cut += int((latest < latest_ends(new, replaced, kept[:0], 5.0) - 1e-9).sum())
     assert past_the_end > 0 and same_pitch_cut > 0  # both rules were met on the way
 
@@ -394,11 +400,7 @@ def test_a_piece_of_one_part_is_filled_under_the_same_rule():
     span = lambda rows: (rows[:, 1] >= 2.0 - 1e-9) & (rows[:, 1] < 5.0 - 1e-9)  # noqa: E731
     with_part = lambda rows: np.column_stack([rows, np.zeros(len(rows))])  # noqa: E731
     new, replaced, kept = (with_part(rows) for rows in (notes[span(notes)], piece[span(piece)], piece[~span(piece)]))
-    latest = latest_ends(new, replaced, kept, 5.0)
-    struck_again = latest_ends(new, new[:, [0, 1, 1, 3, 4]] * [1, 1, 0, 1, 1] + [0, 0, np.inf, 0, 0], new, np.inf)
-    lengths = tokenizer.config.duration_steps * tokenizer.config.time_step
-    fits = [lengths[lengths <= room + 1e-9].max() for room in np.minimum(latest, struck_again) - new[:, 1]]
-    np.testing.assert_allclose(new[:, 2], new[:, 1] + fits, atol=1e-9)
+    np.testing.assert_allclose(new[:, 2], longest_ends(tokenizer, new, replaced, kept, 5.0), atol=1e-9)
     assert len(new) > 0 and (new[:, 2] > 5.0 + 1e-9).any()
 
 
