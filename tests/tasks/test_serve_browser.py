@@ -84,7 +84,7 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
 
 def test_the_shipped_models_page_fills_a_gap_in_bars_of_an_upload(tmp_path):
     """The page's "fill a gap" choice, the gap's ends and a part box, as a visitor sets them; the answer names the
-    span in seconds (bars 2-3 of a 3/4 chorale at 120 beats a minute: 1.5-3 s) and the part written. The shipped
+    span in seconds (bar2 to bar3, bar 2 of a 3/4 chorale at 120 beats a minute: 1.5-3 s) and the part written. The shipped
     model shows the controls' row too, whose every field the browser sends and Gradio checks against its bounds
     (an empty "notes per second" went as 0, under its minimum, and failed every request of this page)."""
     driver = _driver()
