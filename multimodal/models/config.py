@@ -11,7 +11,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from multimodal.layers.config import AttentionPattern, PositionScheme, TransformerConfig, check_sizes
+# Every name the inherited fields' annotations use: jsonargparse reads a dataclass's generated ``__init__``
+# annotations (strings, with postponed evaluation) in this module, and without them it leaves every field of
+# these configs unvalidated (a bad --model value passes the parser; a tuple field warns at each config dump).
+from multimodal.layers.config import (  # noqa: F401
+    Activation,
+    AttentionPattern,
+    Norm,
+    PositionScheme,
+    RotaryScaling,
+    TransformerConfig,
+    check_sizes,
+)
 
 # Sizes shared by every family; each family adds its own fields.
 PRESETS: dict[str, dict[str, Any]] = {

@@ -102,6 +102,26 @@ def test_console_script_prints_the_resolved_config():
     assert "position: relative" in result.stdout
 
 
+@pytest.mark.parametrize("config", ["music_continuation", "text_lm", "image_classification", "image_generation",
+                                    "super_resolution", "transcription"])  # fmt: skip
+def test_every_model_field_is_typed_for_the_parser(config, capsys):
+    """The model configs' inherited fields are checked by type: a bad choice ends the parse naming the field and
+    its choices, and the resolved config dumps without a tuple that would read back as a list."""
+    import warnings
+
+    with pytest.raises(SystemExit) as refused:
+        main(["fit", "--config", str(CONFIGS / f"{config}.yaml"), "--model.init_args.model.position=bogus",
+              "--print_config"])  # fmt: skip
+    assert refused.value.code == 2
+    error = capsys.readouterr().err
+    assert 'Parser key "position"' in error and "Literal['none', 'sinusoidal'" in error and "bogus" in error
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(SystemExit):
+        warnings.simplefilter("always")
+        main(["fit", "--config", str(CONFIGS / f"{config}.yaml"), "--print_config"])
+    assert "local_query_shape:" in capsys.readouterr().out
+    assert not [w for w in caught if "does not round-trip" in str(w.message)]
+
+
 def test_the_chorale_config_replaces_the_shipped_shares_and_starts_from_the_shipped_model(capsys):
     """configs/pretrained/music_chorales.yaml on top of the shipped model's config: its shares replace the
     first config's (a merged dict would sum past 1) and it starts from the shipped folder."""
