@@ -34,6 +34,22 @@ def _driver():
     return webdriver.Chrome(service=Service(driver_path), options=options)
 
 
+def open_page(driver, checkpoint: Path):
+    """Serves the page of ``checkpoint`` (a checkpoint or model folder) on a free local port and opens it in the
+    browser; returns the page (``page.close()`` stops it)."""
+    from tasks.checkpoint import load_task
+    from tasks.serve import build_page
+
+    task, tokenizer, data = load_task(checkpoint)
+    page = build_page(task, tokenizer, data, checkpoint)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    driver.get(f"http://127.0.0.1:{port}/")
+    return page
+
+
 def save_page(driver, path: Path) -> None:
     """A screenshot of the whole page from its top (the answer at the top right), however long the form."""
     height = driver.execute_script("return document.body.scrollHeight")
@@ -48,20 +64,12 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from tasks.checkpoint import load_task
     from tasks.runs import resolve_checkpoint
-    from tasks.serve import build_page
 
     chosen = os.environ.get("MULTIMODAL_SERVE_CHECKPOINT")
     checkpoint = resolve_checkpoint(chosen) if chosen else one_step_checkpoint(["music_continuation.yaml", "music_continuation_tiny.yaml"], tmp_path / "music.ckpt")
-    task, tokenizer, data = load_task(checkpoint)
-    page = build_page(task, tokenizer, data, checkpoint)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    page = open_page(driver, checkpoint)
     try:
-        driver.get(f"http://127.0.0.1:{port}/")
         wait = WebDriverWait(driver, 120)
         button = wait.until(expected_conditions.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Generate']")))
 
@@ -93,20 +101,11 @@ def test_the_shipped_models_page_fills_a_gap_in_bars_of_an_upload(tmp_path):
     from selenium.webdriver.support.ui import WebDriverWait
 
     from multimodal.pretrained import resolve_model
-    from tasks.checkpoint import load_task
-    from tasks.serve import build_page
 
     chorale = tmp_path / "bwv269.mid"
     corpus.parse("bach/bwv269").write("midi", fp=chorale)  # 3/4 at 120 (music21's default tempo)
-    folder = resolve_model("music")
-    task, tokenizer, data = load_task(folder)
-    page = build_page(task, tokenizer, data, folder)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    page = open_page(driver, resolve_model("music"))
     try:
-        driver.get(f"http://127.0.0.1:{port}/")
         wait = WebDriverWait(driver, 120)
         wait.until(lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Generate']"))
         driver.find_element(By.CSS_SELECTOR, "input[type='file']").send_keys(str(chorale))
