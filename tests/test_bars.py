@@ -47,6 +47,10 @@ def test_a_file_without_meter_or_tempo_is_four_four_at_120(tmp_path):
     midi.tracks.append(track)
     midi.save(str(tmp_path / "plain.mid"))
     np.testing.assert_allclose(bar_starts(tmp_path / "plain.mid", 3), [0.0, 2.0, 4.0], atol=1e-5)
+    empty = mido.MidiFile(ticks_per_beat=TICKS)  # no notes at all: the bars still start at 0
+    empty.tracks.append(mido.MidiTrack([mido.MetaMessage("set_tempo", tempo=mido.bpm2tempo(60), time=0)]))
+    empty.save(str(tmp_path / "empty.mid"))
+    np.testing.assert_allclose(bar_starts(tmp_path / "empty.mid", 3), [0.0, 4.0, 8.0], atol=1e-5)
 
 
 def test_span_ends_read_seconds_and_bars_and_refuse_anything_else(tmp_path):

@@ -31,11 +31,12 @@ def bar_starts(path: str | Path, count: int) -> np.ndarray:
     except Exception as error:  # pretty_midi raises whatever its parser met
         raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__})") from None
     starts = midi.get_downbeats()
+    starts = starts if len(starts) else np.zeros(1)  # a file without notes: bar 1 at its time 0
     if len(starts) < count:  # past the last note: bars of the last time signature at the last tempo
         signature = midi.time_signature_changes[-1] if midi.time_signature_changes else None
         quarters = 4.0 if signature is None else signature.numerator * 4.0 / signature.denominator
-        tempo = midi.get_tempo_changes()[1][-1] if len(midi.get_tempo_changes()[1]) else 120.0
-        length = quarters * 60.0 / tempo
+        tempi = midi.get_tempo_changes()[1]
+        length = quarters * 60.0 / (tempi[-1] if len(tempi) else 120.0)
         starts = np.r_[starts, starts[-1] + length * np.arange(1, count - len(starts) + 1)]
     return np.asarray(starts[:count], dtype=np.float64)
 
