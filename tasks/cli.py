@@ -52,13 +52,18 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """A ``warnings.showwarning`` that writes a warning raised in ``multimodal`` or ``tasks`` as one line,
-    ``warning: <message>`` on stderr, and hands the others (PyTorch's, Lightning's) to ``show``."""
+    ``warning: <message>`` on stderr, once per message (a corpus read for training and again for the samples
+    names a file it skips once), and hands the others (PyTorch's, Lightning's) to ``show``."""
     # the packages' folders: __path__, as a test run may import ``tasks`` as a namespace package (no __file__)
     own = [Path(folder).resolve() for name in ("multimodal", "tasks") for folder in sys.modules[name].__path__]
+    shown: set[str] = set()
 
     def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
         if any(Path(filename).resolve().is_relative_to(folder) for folder in own):
-            print(f"warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+            text = " ".join(str(message).split())
+            if text not in shown:
+                shown.add(text)
+                print(f"warning: {text}", file=file or sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)
 

@@ -10,7 +10,9 @@ task lists them in its ``data_links``. Imported only when one of these subcomman
 from __future__ import annotations
 
 import importlib
+import logging
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,29 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from tasks.checkpoint import checkpoint_task
 from tasks.registry import TASKS
 from tasks.runs import RUN_ENV, RUNS, RunClaim, check_run_name, claim_run, resolve_checkpoint, run_of, runs_in
+
+# Lightning's messages that say nothing to a user of these commands: an advertisement for a cloud logger,
+# a deprecation inside Lightning's own code (torch 2.11's pytree), and, when validate/test take a checkpoint
+# from a run folder, the note that a callback state only fit uses is not restored
+LIGHTNING_CHATTER = ("💡 Tip:",)
+LIGHTNING_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                      r"The dirpath has changed from .* won't be reloaded")  # fmt: skip
+
+
+class _DropChatter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(LIGHTNING_CHATTER)
+
+
+def quiet_lightning() -> None:
+    """Leaves out of the output Lightning's lines in :data:`LIGHTNING_CHATTER` and :data:`LIGHTNING_WARNINGS`
+    (its other messages and warnings stay)."""
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero"):
+        log = logging.getLogger(name)
+        if not any(isinstance(existing, _DropChatter) for existing in log.filters):
+            log.addFilter(_DropChatter())
+    for message in LIGHTNING_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
 
 
 def import_tasks() -> None:
@@ -41,6 +66,7 @@ class MultimodalCLI(LightningCLI):
     """
 
     def __init__(self, args: Sequence[str] | None, data_links: dict[str, str] | None = None, run: bool = True) -> None:
+        quiet_lightning()
         self.data_links = data_links or {}
         self.run_claim: RunClaim | None = None  # the run folder a fit holds (tasks.runs.claim_run)
         try:

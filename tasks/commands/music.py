@@ -153,7 +153,8 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         max_new_tokens=_continuation_ids(args), seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
-    print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({len(primer)} events)")
+    what = f"{len(primer)} events" if len(notes) else f"{len(primer)} events: the start and the controls"
+    print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({what})")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav preview'})")
 

@@ -1,5 +1,6 @@
 """The `multimodal` command: config parsing, unknown keys, fit, checkpoints, resume, generate."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,21 @@ def test_the_projects_warnings_are_one_line_and_the_others_go_to_python(monkeypa
     assert capsys.readouterr().err == "warning: skipping a.mid: not MIDI\n" and not shown
     show(UserWarning("theirs"), UserWarning, str(tmp_path / "lightning.py"), 7)
     assert len(shown) == 1 and shown[0][2].endswith("lightning.py") and capsys.readouterr().err == ""
+    # the same message again (a corpus read twice skips the same file twice) is not repeated; another one is
+    ours = str(Path(namespace.__path__[0]) / "data.py")
+    show(UserWarning("skipping a.mid: not MIDI"), UserWarning, ours, 9)
+    show(UserWarning("skipping b.mid: not MIDI"), UserWarning, ours, 9)
+    assert capsys.readouterr().err == "warning: skipping b.mid: not MIDI\n"
+
+
+def test_a_fit_leaves_out_lightnings_advertisement_and_its_own_deprecations(tmp_path):
+    """``make demo`` printed a cloud logger's advertisement and a deprecation inside Lightning; its own
+    information (the seed, the model summary) still shows. A process of its own: pytest captures logs and
+    warnings itself."""
+    environment = {key: value for key, value in os.environ.items() if key != "MULTIMODAL_DEBUG"}
+    result = subprocess.run([sys.executable, "-m", "tasks.cli", "fit", *MUSIC, "--trainer.max_steps=1",
+                             "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}"],
+                            capture_output=True, text=True, check=True, env=environment)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert "Seed set to 0" in output and "Total params" in output
+    assert "litlogger" not in output and "LeafSpec" not in output
