@@ -13,6 +13,7 @@ image pixel becomes an exact ``pixel_scale × pixel_scale`` square; small files)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,15 @@ from matplotlib.figure import Figure
 
 PRIMER_COLOUR = "#4c72b0"  # blue: the notes given to the model
 CONTINUATION_COLOUR = "#dd8452"  # orange: the notes the model wrote
+# one hue a part where the music has several (seaborn's "deep" palette); what was given is drawn pale
+PART_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+PALE = 0.6  # a given note's colour: this share of white mixed into its part's
+
+
+def pale(colour: str) -> str:
+    """``colour`` (``#rrggbb``) mixed with :data:`PALE` white: how a part's given notes are drawn."""
+    rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * PALE):02x}" for c in rgb)
 
 
 def piano_roll_png(
@@ -31,23 +41,33 @@ def piano_roll_png(
     primer_end_seconds: float | None = None,
     title: str | None = None,
     given: np.ndarray | None = None,
+    part_names: Sequence[str] | None = None,
 ) -> Path:
-    """Draws a piano roll; notes starting before ``primer_end_seconds`` in one colour, later ones in another.
+    """Draws a piano roll: time (seconds) across, pitch up, what was given told from what the model wrote.
+
+    Music of one part: given notes (the primer's, or ``given``) in blue, the model's in orange. Music of
+    several parts (a note array's part column, or a MIDI file's tracks) gets a hue per part
+    (:data:`PART_COLOURS`, named in the legend by its track name or ``Part <n>``), the given notes pale
+    (:func:`pale`), the model's in full colour.
 
     Args:
-        midi_or_notes: A ``PrettyMIDI``, a MIDI file path, or a note array ``(num_notes, 4)`` of
-            ``[pitch, start_s, end_s, velocity]``. All non-drum instruments are drawn.
+        midi_or_notes: A ``PrettyMIDI``, a MIDI file path (each non-drum track a part), or a note array
+            ``(num_notes, 4)`` of ``[pitch, start_s, end_s, velocity]`` or ``(num_notes, 5)`` with the part last.
         path: PNG file to write (folders are created).
-        primer_end_seconds: Where the primer ends; a dashed line marks it. ``None``: all notes
-            are drawn in the primer colour.
+        primer_end_seconds: Where the primer ends (notes starting before it were given); a dashed line
+            marks it. ``None`` and no ``given``: one part is drawn in blue, several in full colour.
         title: Optional title above the roll.
         given: Instead of a primer, a bool per note of a note array: the given notes (a melody to
-            harmonize) in the primer colour, the generated ones in the other.
+            harmonize, the music kept around a filled gap).
+        part_names: The names of a note array's parts, by part (None: ``Part <n>``).
 
     Returns:
         The path written.
     """
-    notes = _as_notes(midi_or_notes)
+    notes, part, names = _as_parts(midi_or_notes)
+    if part_names is not None and isinstance(midi_or_notes, np.ndarray):
+        names = [part_names[index] if index < len(part_names) else name for index, name in enumerate(names)]
+    by_part = len(names) > 1
     figure, axes = new_figure(width=10.0, height=4.0)
     if len(notes):
         pitch, start, end = notes[:, 0], notes[:, 1], np.maximum(notes[:, 2], notes[:, 1])
@@ -63,22 +83,33 @@ def piano_roll_png(
         in_primer = np.ones(len(notes), bool) if primer_end_seconds is None else start < primer_end_seconds
         if given is not None:
             in_primer = np.asarray(given, dtype=bool)
-        colours = np.where(in_primer, PRIMER_COLOUR, CONTINUATION_COLOUR)
-        axes.add_collection(PolyCollection(list(bars), facecolors=list(colours), edgecolors="none"))
+        if by_part and given is None and primer_end_seconds is None:
+            in_primer[:] = False  # nothing was given: every part in full colour
+        if by_part:
+            hues = [PART_COLOURS[index % len(PART_COLOURS)] for index in part]
+            colours = [pale(hue) if was_given else hue for hue, was_given in zip(hues, in_primer, strict=True)]
+        else:
+            colours = list(np.where(in_primer, PRIMER_COLOUR, CONTINUATION_COLOUR))
+        axes.add_collection(PolyCollection(list(bars), facecolors=colours, edgecolors="none"))
         axes.set_xlim(0.0, max(float(end.max()), primer_end_seconds or 0.0) * 1.01 + 1e-3)
         axes.set_ylim(pitch.min() - 2, pitch.max() + 2)
     else:
         axes.set_xlim(0.0, 1.0)
         axes.set_ylim(58, 62)
         axes.text(0.5, 60, "no notes", ha="center", va="center")
-    if given is not None:
-        axes.plot([], [], color=PRIMER_COLOUR, linewidth=6, label="given")
-        axes.plot([], [], color=CONTINUATION_COLOUR, linewidth=6, label="generated")
-        axes.legend(loc="upper right", fontsize="small")
-    elif primer_end_seconds is not None:
+    if primer_end_seconds is not None and given is None:
         axes.axvline(primer_end_seconds, color="black", linestyle="--", linewidth=1.0)
-        axes.plot([], [], color=PRIMER_COLOUR, linewidth=6, label="primer")
-        axes.plot([], [], color=CONTINUATION_COLOUR, linewidth=6, label="continuation")
+    if by_part:
+        for index, name in enumerate(names):
+            if np.any(part == index):
+                axes.plot([], [], color=PART_COLOURS[index % len(PART_COLOURS)], linewidth=6, label=name)
+        if given is not None or primer_end_seconds is not None:
+            axes.plot([], [], color=pale(PART_COLOURS[-1]), linewidth=6, label=f"pale: {'given' if given is not None else 'primer'}")
+        axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")  # beside the roll: no note hidden
+    elif given is not None or primer_end_seconds is not None:
+        labels = ("given", "generated") if given is not None else ("primer", "continuation")
+        axes.plot([], [], color=PRIMER_COLOUR, linewidth=6, label=labels[0])
+        axes.plot([], [], color=CONTINUATION_COLOUR, linewidth=6, label=labels[1])
         axes.legend(loc="upper right", fontsize="small")
     axes.set_xlabel("time (s)")
     axes.set_ylabel("pitch (MIDI note number)")
@@ -104,15 +135,21 @@ def save_figure(figure: Figure, path: str | Path) -> Path:
     return path
 
 
-def _as_notes(item: pretty_midi.PrettyMIDI | np.ndarray | str | Path) -> np.ndarray:
-    """Note array ``(num_notes, 4)`` of the non-drum notes of a MIDI object, file or array."""
+def _as_parts(item: pretty_midi.PrettyMIDI | np.ndarray | str | Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The non-drum notes of a MIDI object, file or array: ``(num_notes, 4)`` notes, the part of each
+    ``(num_notes,)`` and the parts' names (a track's name, else ``Part <n>``; one name: one part)."""
     if isinstance(item, np.ndarray):
         item = np.asarray(item, dtype=np.float64)
-        return item[:, :4] if item.ndim == 2 else item.reshape(-1, 4)  # a part column (parts) is not drawn
+        item = item if item.ndim == 2 else item.reshape(-1, 4)
+        part = item[:, 4].astype(np.int64) if item.shape[1] == 5 and len(item) else np.zeros(len(item), np.int64)
+        return item[:, :4], part, [f"Part {index + 1}" for index in range(int(part.max(initial=0)) + 1)]
     if not isinstance(item, pretty_midi.PrettyMIDI):
         item = pretty_midi.PrettyMIDI(str(item))
-    rows = [(n.pitch, n.start, n.end, n.velocity) for i in item.instruments if not i.is_drum for n in i.notes]
-    return np.array(rows, dtype=np.float64).reshape(-1, 4)
+    tracks = [instrument for instrument in item.instruments if not instrument.is_drum]
+    rows = [(n.pitch, n.start, n.end, n.velocity, index) for index, track in enumerate(tracks) for n in track.notes]
+    rows = np.array(rows, dtype=np.float64).reshape(-1, 5)
+    names = [track.name.strip() or f"Part {index + 1}" for index, track in enumerate(tracks)]
+    return rows[:, :4], rows[:, 4].astype(np.int64), names
 
 
 # --------------------------------------------------------------------------------------------------

@@ -91,7 +91,8 @@ def continue_music(
     Tokens are chosen as ``sampling`` says (``options``: its fields as keywords). With
     ``overwrite=False`` nothing is written when any of the files (:func:`sample_files`) exists.
 
-    The piano roll draws the primer in blue and the continuation in orange. The WAV is rendered
+    The piano roll draws the primer in blue and the continuation in orange (a hue per part, the primer pale, for a
+    model with parts). The WAV is rendered
     with ``soundfont`` (:func:`~multimodal.audio.synthesis.midi_to_waveform`; ``None``: the default; a
     named file is checked before generating). Generation uses the model's KV cache. With
     ``sampling.num_beams > 1`` the continuations are the ``num_samples`` best hypotheses of a beam search
@@ -134,6 +135,12 @@ def unconditional_prompt(tokenizer: MidiTokenizer, prompt: list[int], sampling: 
 
 SAMPLE_SUFFIXES = (".mid", ".png", ".wav", "_spectrogram.png")
 """The files one continuation named ``NAME`` may write: ``NAME.mid``, its piano roll, its audio and spectrogram."""
+
+
+def part_names(tokenizer: MidiTokenizer) -> list[str] | None:
+    """The names of a vocabulary's parts, by part (its track names, ``Part <n>`` by default); None for one part."""
+    num_parts = getattr(tokenizer.config, "num_parts", 1)
+    return [tokenizer.config.part_name(part) for part in range(num_parts)] if num_parts > 1 else None
 
 
 def sample_files(out_dir: str | Path, name: str) -> list[Path]:
@@ -209,11 +216,14 @@ def _write_sample(
     tokenizer: MidiTokenizer, ids: list[int], primer: list[int], path: Path, title: str, audio: bool, sample_rate: int,
     soundfont: str | Path | None = None,
 ) -> Path:
-    """Writes one continuation as MIDI, its piano roll (primer blue, continuation orange) and, with ``audio``, WAV."""
+    """Writes one continuation as MIDI, its piano roll (:func:`~multimodal.viz.piano_roll_png`: the primer blue
+    and the continuation orange, or a hue per part, the primer pale) and, with ``audio``, WAV."""
     midi = tokenizer.decode(ids)
     midi.write(str(path))
-    piano_roll_png(midi, path.with_suffix(".png"), primer_end_seconds=tokenizer.decode(primer).get_end_time(),
-                   title=f"{title}: primer (blue) and continuation (orange)")  # fmt: skip
+    num_parts = getattr(tokenizer.config, "num_parts", 1)
+    drawn = tokenizer.decode_notes(ids) if num_parts > 1 else midi  # parts by their index, coloured alike in every sample
+    piano_roll_png(drawn, path.with_suffix(".png"), primer_end_seconds=tokenizer.decode(primer).get_end_time(),
+                   title=f"{title}: primer and continuation", part_names=part_names(tokenizer))  # fmt: skip
     if audio:
         write_audio(midi, path, sample_rate, soundfont)
     return path

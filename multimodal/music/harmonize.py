@@ -56,7 +56,7 @@ from multimodal.generation.config import SamplingConfig
 from multimodal.generation.guidance import GuidedModel
 from multimodal.generation.processors import add_logit_bias
 from multimodal.generation.sample import sample_next
-from multimodal.music.continuation import prepare_outputs, unconditional_prompt, write_audio
+from multimodal.music.continuation import part_names, prepare_outputs, unconditional_prompt, write_audio
 from multimodal.music.voice_leading import ParallelsRule
 from multimodal.tokenizers.midi import NUM_PITCHES
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
@@ -696,7 +696,7 @@ def harmonize_to_files(
     **options: Any,
 ) -> list[Path]:
     """Harmonizes a melody ``num_samples`` times into ``sample_{i}.mid`` (one track per part), ``.png``
-    (the melody blue, the new parts orange) and ``.wav``; returns the MIDI paths.
+    (a hue per part: the melody pale, the new parts in full colour) and ``.wav``; returns the MIDI paths.
 
     Args:
         melody: ``(n, 4)`` notes of one line (:func:`check_melody`), put in part ``melody_part``.
@@ -712,7 +712,7 @@ def harmonize_to_files(
                          sampling=sampling, generator=generator, **options)  # fmt: skip
 
     return _write_samples(sample, tokenizer, out_dir, num_samples, seed, lambda notes: notes[:, 4] == melody_part,
-                          "melody (blue), new parts (orange)", audio, sample_rate, soundfont, overwrite)  # fmt: skip
+                          "harmonized", audio, sample_rate, soundfont, overwrite)  # fmt: skip
 
 
 def infill_to_files(
@@ -735,8 +735,9 @@ def infill_to_files(
     overwrite: bool = True,
     **options: Any,
 ) -> list[Path]:
-    """Fills ``[start, end)`` seconds of a piece ``num_samples`` times into ``sample_{i}.mid``, ``.png`` (the
-    kept music blue, the new notes orange) and ``.wav``; returns the MIDI paths. Arguments as :func:`infill`."""
+    """Fills ``[start, end)`` seconds of a piece ``num_samples`` times into ``sample_{i}.mid``, ``.png`` (a hue per
+    part: the kept music pale, the new notes in full colour; one part: blue and orange) and ``.wav``; returns the
+    MIDI paths. Arguments as :func:`infill`."""
     chosen = list(range(getattr(tokenizer.config, "num_parts", 1))) if parts is None else list(parts)
 
     def sample(generator: torch.Generator | None) -> list[int]:
@@ -748,7 +749,7 @@ def infill_to_files(
         step = tokenizer.config.time_step
         return ~(np.isin(part, chosen) & (decoded[:, 1] >= start - step / 2) & (decoded[:, 1] < end - step / 2))
 
-    return _write_samples(sample, tokenizer, out_dir, num_samples, seed, kept, "kept (blue), filled (orange)",
+    return _write_samples(sample, tokenizer, out_dir, num_samples, seed, kept, "the gap filled",
                           audio, sample_rate, soundfont, overwrite)  # fmt: skip
 
 
@@ -756,7 +757,7 @@ def _write_samples(
     sample, tokenizer, out_dir: str | Path, num_samples: int, seed: int | None, given, legend: str, audio: bool,
     sample_rate: int, soundfont: str | Path | None, overwrite: bool,
 ) -> list[Path]:  # fmt: skip
-    """Runs ``sample(generator)`` per output and writes its MIDI, piano roll (``given(notes)`` blue) and audio."""
+    """Runs ``sample(generator)`` per output and writes its MIDI, piano roll (``given(notes)`` pale) and audio."""
     names = [f"sample_{index}" for index in range(num_samples)]
     out_dir = prepare_outputs(out_dir, names, overwrite, audio, soundfont)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -766,7 +767,8 @@ def _write_samples(
         midi, notes = tokenizer.decode(ids), tokenizer.decode_notes(ids)
         path = out_dir / f"{name}.mid"
         midi.write(str(path))
-        piano_roll_png(notes, path.with_suffix(".png"), title=f"{name.replace('_', ' ')}: {legend}", given=given(notes))
+        piano_roll_png(notes, path.with_suffix(".png"), title=f"{name.replace('_', ' ')}: {legend}", given=given(notes),
+                       part_names=part_names(tokenizer))  # fmt: skip
         if audio:
             write_audio(midi, path, sample_rate, soundfont)
         written.append(path)

@@ -24,7 +24,7 @@ from multimodal.music import (
     tonality,
 )
 from multimodal.music.bars import span_seconds
-from multimodal.music.continuation import unconditional_prompt
+from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.ranges import check_melody_range
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
@@ -137,9 +137,7 @@ class MusicSession:
 
     def part_names(self) -> list[str]:
         """The names of the model's parts (none without parts); the first holds a melody to harmonize."""
-        config = self.tokenizer.config
-        parts = getattr(config, "num_parts", 1)
-        return [config.part_name(part) for part in range(parts)] if parts > 1 else []
+        return part_names(self.tokenizer) or []
 
     def actions(self) -> list[str]:
         """What this model can do among :data:`ACTIONS`: continue; fill a gap with the duration vocabulary (a note's
@@ -260,7 +258,7 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
             with gr.Column():
                 message = gr.Markdown()
                 audio = gr.Audio(label="listen", type="filepath")
-                roll = gr.Image(label="piano roll: what was given blue, the model's notes orange", type="filepath")
+                roll = gr.Image(label="piano roll", type="filepath")  # its legend says what was given
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
                                                 key, meter, density, action, guidance, avoid_parallels, emphasis,
