@@ -269,57 +269,29 @@ def constrained_decode(
     decoder reads ``GAP AFTER [the given notes of the next infill_after_steps] MIDDLE`` and goes on from
     there, as :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_read_ahead` writes
     them (no notes ahead then). Returns the ids, from BOS.
+
+    What comes from the given music and when is :class:`_GivenMusic`'s part; the rules for the model's own
+    notes are :class:`_ModelNotes`'s; this function samples between them.
     """
     sampling = SamplingConfig.of(sampling, **options)
-    step = tokenizer.config.time_step
-    first, last = round(window[0] / step), round(window[1] / step)
     max_new_tokens = new_ids_budget(window) if max_new_tokens is None else max_new_tokens
-    note_ends = NoteEnds.of(tokenizer, window[1]) if note_ends is None else note_ends
-    anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
     if read_ahead and not getattr(tokenizer.config, "infill_after_steps", 0):
         raise ValueError("read_ahead needs a vocabulary with GAP AFTER MIDDLE ids (infill_after_steps > 0)")
-    split = None if block is None else round(block[0] / step)  # where the block is read (None: no block)
-    if block is not None and len(given):  # the block writes the music of its seconds after the window: not fed again
-        onset = np.rint(given[:, 1] / step)
-        given = given[(onset < last) | (onset >= last + tokenizer.config.infill_after_steps)]
-    groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
-    # with AHEAD ids the given notes from the window on are also written ahead (the music before it sounds);
-    # with a block, only those between its split and the window's end, after it
-    announced = given[given[:, 1] >= window[0]] if block is None else given[(given[:, 1] >= block[0]) & (given[:, 1] < window[1])]
-    announcing = anticipating and announce and not read_ahead and len(announced)
-    announcer = AheadAnnouncer(tokenizer, announced) if announcing else None
+    score = _GivenMusic(tokenizer, given, window, block, announce, read_ahead)
+    kept = score.given[np.isin(score.given[:, 4], parts)] if len(score.given) else score.given
+    notes = _ModelNotes(tokenizer, parts, kept, NoteEnds.of(tokenizer, window[1]) if note_ends is None else note_ends,
+                        chord_sizes, avoid_parallels)  # fmt: skip
     banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
-    is_duration, is_velocity = note_grammar(tokenizer)
-    # given notes of the parts the model writes (a note sounding into an infill span): the model may not
-    # strike their pitch while they sound, which would end them (a re-strike) or merge with them (a unison)
-    kept = given[np.isin(given[:, 4], parts)] if len(given) else given
-    kept = tokenizer.decode_notes(tokenizer.encode_notes(kept)) if len(kept) else np.empty((0, 5))  # as they sound
-    part_of = kept[:, 4] if kept.shape[1] == 5 else np.zeros(len(kept))
-    sounding = [(tokenizer.pitch_offset + int(q) * NUM_PITCHES + int(p), round(on / step), round(off / step))
-                for p, on, off, q in zip(kept[:, 0], kept[:, 1], kept[:, 2], part_of, strict=True)]  # fmt: skip
     outside = banned.clone()
     outside[tokenizer.pitch_offset : tokenizer.duration_offset] = True  # no new note outside the window
     shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
-    durations = torch.as_tensor(tokenizer.config.duration_steps)
-    duration_ids = tokenizer.duration_offset + torch.arange(len(durations))
+    anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
 
     head = [tokenizer.bos_id, *(tokenizer.control_ids(controls) if tokenizer.config.controls else [])]
     unconditional = unconditional_prompt(tokenizer, head, sampling)
     if unconditional is not None:  # classifier-free guidance: every call below runs both prompts
         model = GuidedModel(model, unconditional, sampling.guidance_scale)
-    ids, time, next_group, sampled, note_ahead = list(head), 0, 0, 0, 0
-    queue = announcer.due(time) if announcer is not None and block is None else []
-    block_read, in_block, before_gap, loudness = block is None, False, 0, None  # the block; the time GAP found
-    next_read = 0  # read_ahead: the step from which time's next arrival reads a block
-
-    def read_block() -> list[int]:  # GAP … AFTER … MIDDLE from here, in place of a shift that would reach the split
-        return tokenizer.infill_block(block[1], time, window[1], loudness)[0].tolist()
-    parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
-    started: dict[int, int] = {}  # the notes the model started at the current moment, by part
-    started_at = -1  # that moment
-    pending = False  # a PITCH the model wrote waits for its DURATION
-    written_pitch = -1  # that PITCH
-    own_velocity = False  # the last id is a VELOCITY the model wrote
+    ids, sampled, queue = list(head), 0, score.start()
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -328,50 +300,20 @@ def constrained_decode(
             state = model.new_state()
             logits = model(torch.tensor([ids], device=device), state=state)[0, -1]
             while sampled < max_new_tokens:
-                after_pitch = pending or tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset
-                next_onset = groups[next_group][0] if next_group < len(groups) else None
-                if block is not None and time < last and not in_block:  # time stops at the split, after the block at the end
-                    stop = last if block_read else split
-                    next_onset = stop if next_onset is None else min(next_onset, stop)
-                if not queue and not after_pitch:
-                    if read_ahead and not in_block and time >= next_read:  # time arrived: the given notes' next seconds
-                        queue = tokenizer.infill_block(given, time, time * step, loudness)[0].tolist()
-                        next_read = time + tokenizer.config.infill_after_steps
-                    elif not block_read and not in_block and time >= split:
-                        queue = read_block()  # a span from the piece's start
-                    elif next_onset == time:
-                        queue = list(groups[next_group][1])  # the given notes of this onset, as the model writes them
-                        next_group += 1
-                    elif not first <= time < last:  # outside the window: straight on to what comes next
-                        ahead = [t for t in (next_onset, first if time < first else None) if t is not None]
-                        if not ahead:
-                            break  # past the window and every given note
-                        reaches_split = not block_read and not in_block and min(ahead) >= split
-                        queue = read_block() if reaches_split else tokenizer.shift_ids(min(ahead) - time).tolist()
+                if not queue and not notes.waiting_for_length(ids[-1]):
+                    queue = score.due()
+                    if queue is None:
+                        break  # past the window and every given note
                 if queue:
                     token, own = queue.pop(0), False
                 else:
-                    mask = (banned if first <= time < last else outside).clone()
-                    for pitch_id, onset, offset in sounding:
-                        if onset <= time < offset:
-                            mask[pitch_id] = True
-                    if next_onset is not None:  # no shift past the next given onset (with AHEAD: it stops there)
+                    mask = (banned if score.in_window else outside).clone()
+                    notes.forbid(mask, score.time, score.in_window)
+                    stop = score.next_stop()
+                    if stop is not None:  # no shift past the next given onset (with AHEAD: it stops there)
                         mask[tokenizer.eos_id] = True
-                        logits = stop_shifts_at(logits[None], shift_ids, torch.tensor([next_onset - time]),
+                        logits = stop_shifts_at(logits[None], shift_ids, torch.tensor([stop - score.time]),
                                                 merge=anticipating)[0]  # fmt: skip
-                    for part, size in enumerate(chord_sizes or []):  # parts that started all they may now
-                        if (started.get(part, 0) if started_at == time else 0) >= size:
-                            offset = tokenizer.pitch_offset + part * NUM_PITCHES
-                            mask[offset : offset + NUM_PITCHES] = True
-                    if pending:  # the model's PITCH: only its length, and it ends where the rules let it
-                        mask |= ~is_duration
-                        mask[duration_ids[durations > note_ends.latest(written_pitch, time) - time]] = True
-                    else:
-                        mask |= is_duration  # a length only after a PITCH
-                        if own_velocity:
-                            mask |= is_velocity  # one VELOCITY before a note
-                    if parallels is not None and first <= time < last:  # outside, no pitch may start anyway
-                        mask |= parallels.banned(time)
                     scores = add_logit_bias(logits.float().cpu()[None], sampling.logit_bias, sampling.logit_bias_group)
                     token, own = int(sample_next(scores.masked_fill(mask, float("-inf")), sampling,
                                                  generator=generator)[0]), True  # fmt: skip
@@ -379,58 +321,225 @@ def constrained_decode(
                     if token == tokenizer.eos_id:
                         ids.append(token)
                         break
-                    is_shift = tokenizer.time_shift_offset <= token < tokenizer.velocity_offset
-                    if is_shift and not block_read and time + token - tokenizer.time_shift_offset + 1 >= split:
-                        queue = read_block()  # the shift is dropped: the gap's notes come after the block
+                    if score.reaches_split(token):
+                        queue = score.read_block()  # the shift is dropped: the gap's notes come after the block
                         continue
-                if tokenizer.pitch_offset <= token < tokenizer.duration_offset:
-                    pending, written_pitch = own, token
-                elif not tokenizer.velocity_offset <= token < tokenizer.pitch_offset:
-                    if pending and tokenizer.duration_offset <= token < tokenizer.control_offset:
-                        # the model's own note: its pitch in its part is not struck twice at one onset (a later
-                        # strike ends it, as the vocabulary's rule has it: a repeated note)
-                        sounding.append((written_pitch, time, time + 1))
-                        started, started_at = (started, time) if started_at == time else ({}, time)
-                        part = (written_pitch - tokenizer.pitch_offset) // NUM_PITCHES
-                        started[part] = started.get(part, 0) + 1
-                    pending = False  # a DURATION ends it; a shift, special or control drops the pitch
-                if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
-                    time += token - tokenizer.time_shift_offset + 1
-                    if not in_block:  # time does not go back before this again: notes ended by now are done
-                        sounding = [note for note in sounding if note[2] > time]
-                    if announcer is not None and block_read and not in_block:  # time arrived: notes due ahead come first
-                        queue = announcer.due(time) + queue
-                elif (block is not None or read_ahead) and token >= tokenizer.infill_offset:
-                    if token == tokenizer.infill_id("GAP"):
-                        in_block, before_gap = True, time
-                    elif token == tokenizer.infill_id("MIDDLE"):
-                        in_block, time = False, before_gap
-                        if not block_read and announcer is not None:  # the gap's given notes ahead, from where time went back to
-                            queue = announcer.due(time) + queue
-                        block_read = True
-                elif tokenizer.velocity_offset <= token < tokenizer.pitch_offset and not (
-                        anticipating and tokenizer.ahead_offset <= ids[-1] < tokenizer.infill_offset):  # fmt: skip
-                    loudness = token - tokenizer.velocity_offset  # the written notes' loudness (not a note ahead's)
-                if anticipating and tokenizer.ahead_offset <= token < tokenizer.infill_offset:
-                    note_ahead = token - tokenizer.ahead_offset  # a given note, this many steps ahead
-                if parallels is not None and not in_block and token < tokenizer.infill_offset:
-                    parallels.add(token, time + note_ahead)
-                if tokenizer.duration_offset <= token < tokenizer.control_offset:
-                    note_ahead = 0
+                notes.wrote(token, own, score.time)
+                due, sounds_at = score.follow(token, ids[-1])
+                queue = due + queue  # notes due ahead come first
+                if not score.in_block and token < tokenizer.infill_offset:
+                    notes.heard(token, sounds_at)
                 ids.append(token)
-                own_velocity = own and tokenizer.velocity_offset <= token < tokenizer.pitch_offset
                 logits = model(torch.tensor([[token]], device=device), state=state)[0, -1]
     finally:
         model.train(was_training)
-    if sampled >= max_new_tokens and time < last:
-        warnings.warn(f"the new notes stop at {time * step:.1f} s of the {window[0]:g}-{window[1]:g} s span: the "
-                      f"budget of {max_new_tokens} new ids ran out (raise max_new_tokens, --max-new-tokens)", stacklevel=3)  # fmt: skip
+    if sampled >= max_new_tokens and score.time < score.last:
+        warnings.warn(f"the new notes stop at {score.time * score.step:.1f} s of the {window[0]:g}-{window[1]:g} s span: "
+                      f"the budget of {max_new_tokens} new ids ran out (raise max_new_tokens, --max-new-tokens)",
+                      stacklevel=3)  # fmt: skip
     if tokenizer.pitch_offset <= ids[-1] < tokenizer.duration_offset:
         ids.pop()  # a note the budget cut before its length
-    for onset, group in groups[next_group:]:  # out of tokens: the given notes still go in, alone
-        ids += tokenizer.shift_ids(onset - time).tolist() + group
-        time = onset
-    return ids
+    return ids + score.rest()  # out of tokens: the given notes still go in, alone
+
+
+class _GivenMusic:
+    """Where :func:`constrained_decode` is in the piece and what of the given music it feeds next.
+
+    ``time`` (steps) moves with each shift written; each onset's given notes are fed when time arrives there;
+    outside the window time goes straight on to the next given onset or the window; with ``block``, the
+    ``GAP … AFTER … MIDDLE`` block of the music after the window is read where time reaches its split (time runs
+    inside the block and comes back at its MIDDLE); with ``read_ahead``, a block of the given notes' next seconds
+    each time they run out; with AHEAD ids and ``announce``, each given note is also written ahead of it.
+    Arguments as :func:`constrained_decode`'s.
+    """
+
+    def __init__(self, tokenizer: MidiDurationTokenizer, given: np.ndarray, window: tuple[float, float],
+                 block: tuple[float, np.ndarray] | None, announce: bool, read_ahead: bool) -> None:  # fmt: skip
+        self.tokenizer, self.step = tokenizer, tokenizer.config.time_step
+        self.first, self.last, self.window_end = round(window[0] / self.step), round(window[1] / self.step), window[1]
+        self.anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
+        self.split = None if block is None else round(block[0] / self.step)  # where the block is read (None: no block)
+        self.block_notes = None if block is None else block[1]
+        if block is not None and len(given):  # the block writes the music of its seconds after the window: not fed again
+            onset = np.rint(given[:, 1] / self.step)
+            given = given[(onset < self.last) | (onset >= self.last + tokenizer.config.infill_after_steps)]
+        self.given = given
+        self.groups = _onset_groups(tokenizer, tokenizer.encode_notes(given)) if len(given) else []
+        # with AHEAD ids the given notes from the window on are also written ahead (the music before it sounds);
+        # with a block, only those between its split and the window's end, after it
+        announced = (given[given[:, 1] >= window[0]] if block is None
+                     else given[(given[:, 1] >= block[0]) & (given[:, 1] < window[1])])  # fmt: skip
+        announcing = self.anticipating and announce and not read_ahead and len(announced)
+        self.announcer = AheadAnnouncer(tokenizer, announced) if announcing else None
+        self.read_ahead = read_ahead
+        self.time, self.next_group, self.next_read = 0, 0, 0  # next_read: the step from which a block is read ahead
+        self.block_read, self.in_block, self.before_gap = block is None, False, 0  # before_gap: the time GAP found
+        self.loudness: int | None = None  # the written notes' loudness (a VELOCITY bin; not a note ahead's)
+        self.note_ahead = 0  # steps ahead of its moment that the given note being written sounds (AHEAD)
+
+    @property
+    def in_window(self) -> bool:
+        """Whether time is inside the window, where the model may start notes."""
+        return self.first <= self.time < self.last
+
+    def start(self) -> list[int]:
+        """The ids due before the model's first choice: the given notes due ahead at the start."""
+        return self.announcer.due(self.time) if self.announcer is not None and self.split is None else []
+
+    def next_stop(self) -> int | None:
+        """The step no shift may pass: the next given onset, or where the block is read (or, after it, the window's
+        end); None when none comes."""
+        stop = self.groups[self.next_group][0] if self.next_group < len(self.groups) else None
+        if self.split is not None and self.time < self.last and not self.in_block:
+            at = self.last if self.block_read else self.split
+            stop = at if stop is None else min(stop, at)
+        return stop
+
+    def due(self) -> list[int] | None:
+        """The ids to feed now, before the model chooses again: a block due, the given notes of this onset, or
+        (outside the window) the way on to what comes next; ``[]``: the model chooses; None: nothing comes."""
+        stop = self.next_stop()
+        if self.read_ahead and not self.in_block and self.time >= self.next_read:  # the given notes' next seconds
+            self.next_read = self.time + self.tokenizer.config.infill_after_steps
+            return self.tokenizer.infill_block(self.given, self.time, self.time * self.step, self.loudness)[0].tolist()
+        if not self.block_read and not self.in_block and self.time >= self.split:
+            return self.read_block()  # a span from the piece's start
+        if stop == self.time:
+            self.next_group += 1
+            return list(self.groups[self.next_group - 1][1])  # this onset's given notes, as the model writes them
+        if self.in_window:
+            return []
+        ahead = [t for t in (stop, self.first if self.time < self.first else None) if t is not None]
+        if not ahead:
+            return None
+        if not self.block_read and not self.in_block and min(ahead) >= self.split:
+            return self.read_block()
+        return self.tokenizer.shift_ids(min(ahead) - self.time).tolist()
+
+    def read_block(self) -> list[int]:
+        """``GAP … AFTER … MIDDLE`` from here, in place of a shift that would reach the split."""
+        return self.tokenizer.infill_block(self.block_notes, self.time, self.window_end, self.loudness)[0].tolist()
+
+    def reaches_split(self, token: int) -> bool:
+        """Whether ``token``, sampled by the model, is a shift that would reach the block's split unread."""
+        shift = self.tokenizer.time_shift_offset <= token < self.tokenizer.velocity_offset
+        return shift and not self.block_read and self.time + token - self.tokenizer.time_shift_offset + 1 >= self.split
+
+    def follow(self, token: int, previous: int) -> tuple[list[int], int]:
+        """Moves on with ``token`` written after ``previous``; returns the given notes now due ahead and the step
+        at which ``token``'s note sounds (a note written ahead sounds later than time)."""
+        tokenizer, due = self.tokenizer, []
+        if tokenizer.time_shift_offset <= token < tokenizer.velocity_offset:
+            self.time += token - tokenizer.time_shift_offset + 1
+            if self.announcer is not None and self.block_read and not self.in_block:  # time arrived: notes due ahead
+                due = self.announcer.due(self.time)
+        elif (self.split is not None or self.read_ahead) and token >= tokenizer.infill_offset:
+            if token == tokenizer.infill_id("GAP"):
+                self.in_block, self.before_gap = True, self.time
+            elif token == tokenizer.infill_id("MIDDLE"):
+                self.in_block, self.time = False, self.before_gap
+                if not self.block_read and self.announcer is not None:  # the gap's given notes ahead, from here
+                    due = self.announcer.due(self.time)
+                self.block_read = True
+        elif tokenizer.velocity_offset <= token < tokenizer.pitch_offset and not (
+                self.anticipating and tokenizer.ahead_offset <= previous < tokenizer.infill_offset):  # fmt: skip
+            self.loudness = token - tokenizer.velocity_offset
+        if self.anticipating and tokenizer.ahead_offset <= token < tokenizer.infill_offset:
+            self.note_ahead = token - tokenizer.ahead_offset
+        sounds_at = self.time + self.note_ahead
+        if tokenizer.duration_offset <= token < tokenizer.control_offset:
+            self.note_ahead = 0
+        return due, sounds_at
+
+    def rest(self) -> list[int]:
+        """The given notes not reached, each onset after a shift to it (when the budget ran out)."""
+        ids = []
+        for onset, group in self.groups[self.next_group :]:
+            ids += self.tokenizer.shift_ids(onset - self.time).tolist() + group
+            self.time = onset
+        self.next_group = len(self.groups)
+        return ids
+
+
+class _ModelNotes:
+    """The rules :func:`constrained_decode` holds the model's own notes to (the module docstring's list), and what
+    they need to remember of the ids so far.
+
+    Args:
+        tokenizer: The duration tokenizer.
+        parts: The parts the model writes.
+        kept: ``(n, 4 or 5)`` given notes of those parts: their pitches are not struck while they sound.
+        note_ends: Where a note the model starts may end at the latest.
+        chord_sizes: The most notes the model may start at one moment, by part (None: no bound).
+        avoid_parallels: No parallel fifths or octaves, one note at a time a part (:class:`ParallelsRule`).
+    """
+
+    def __init__(self, tokenizer: MidiDurationTokenizer, parts: list[int], kept: np.ndarray, note_ends: NoteEnds,
+                 chord_sizes: list[int] | None, avoid_parallels: bool) -> None:  # fmt: skip
+        step = tokenizer.config.time_step
+        kept = tokenizer.decode_notes(tokenizer.encode_notes(kept)) if len(kept) else np.empty((0, 5))  # as they sound
+        part_of = kept[:, 4] if kept.shape[1] == 5 else np.zeros(len(kept))
+        # (PITCH id, onset, end) in steps: while a note sounds, its pitch is not struck again in its part (a given
+        # note would end or merge; the model's own notes go in at their onset: one strike a pitch an onset)
+        self.sounding = [(tokenizer.pitch_offset + int(q) * NUM_PITCHES + int(p), round(on / step), round(off / step))
+                         for p, on, off, q in zip(kept[:, 0], kept[:, 1], kept[:, 2], part_of, strict=True)]  # fmt: skip
+        self.tokenizer, self.note_ends, self.chord_sizes = tokenizer, note_ends, list(chord_sizes or [])
+        self.parallels = ParallelsRule(tokenizer, parts) if avoid_parallels else None
+        self.is_duration, self.is_velocity = note_grammar(tokenizer)
+        self.durations = torch.as_tensor(tokenizer.config.duration_steps)
+        self.duration_ids = tokenizer.duration_offset + torch.arange(len(self.durations))
+        self.started: dict[int, int] = {}  # the notes the model started at the moment started_at, by part
+        self.started_at = -1
+        self.pending = False  # a PITCH the model wrote waits for its DURATION
+        self.written_pitch = -1  # that PITCH
+        self.own_velocity = False  # the last id is a VELOCITY the model wrote
+
+    def waiting_for_length(self, last: int) -> bool:
+        """Whether a note waits for its DURATION after the id ``last`` (the model's, or a given note's)."""
+        return self.pending or self.tokenizer.pitch_offset <= last < self.tokenizer.duration_offset
+
+    def forbid(self, mask: torch.Tensor, time: int, in_window: bool) -> None:
+        """Adds to ``mask`` (bool ``(vocab,)``, in place) what the rules forbid the model at step ``time``."""
+        for pitch_id, onset, offset in self.sounding:
+            if onset <= time < offset:
+                mask[pitch_id] = True
+        for part, size in enumerate(self.chord_sizes):  # parts that started all they may now
+            if (self.started.get(part, 0) if self.started_at == time else 0) >= size:
+                offset = self.tokenizer.pitch_offset + part * NUM_PITCHES
+                mask[offset : offset + NUM_PITCHES] = True
+        if self.pending:  # the model's PITCH: only its length, and it ends where the rules let it
+            mask |= ~self.is_duration
+            mask[self.duration_ids[self.durations > self.note_ends.latest(self.written_pitch, time) - time]] = True
+        else:
+            mask |= self.is_duration  # a length only after a PITCH
+            if self.own_velocity:
+                mask |= self.is_velocity  # one VELOCITY before a note
+        if self.parallels is not None and in_window:  # outside, no pitch may start anyway
+            mask |= self.parallels.banned(time)
+
+    def wrote(self, token: int, own: bool, time: int) -> None:
+        """Takes in ``token``, written at step ``time`` (``own``: sampled from the model, not fed)."""
+        tokenizer = self.tokenizer
+        if tokenizer.pitch_offset <= token < tokenizer.duration_offset:
+            self.pending, self.written_pitch = own, token
+        elif not tokenizer.velocity_offset <= token < tokenizer.pitch_offset:
+            if self.pending and tokenizer.duration_offset <= token < tokenizer.control_offset:
+                # the model's own note: its pitch in its part is not struck twice at one onset (a later strike
+                # ends it, as the vocabulary's rule has it: a repeated note)
+                self.sounding.append((self.written_pitch, time, time + 1))
+                self.started, self.started_at = (self.started, time) if self.started_at == time else ({}, time)
+                part = (self.written_pitch - tokenizer.pitch_offset) // NUM_PITCHES
+                self.started[part] = self.started.get(part, 0) + 1
+            self.pending = False  # a DURATION ends it; a shift, special or control drops the pitch
+        self.own_velocity = own and tokenizer.velocity_offset <= token < tokenizer.pitch_offset
+
+    def heard(self, token: int, time: int) -> None:
+        """Takes in ``token`` of the music as it sounds at step ``time`` (outside a block): a shift ends the notes
+        that ended by then; the parallels rule hears every note."""
+        if self.tokenizer.time_shift_offset <= token < self.tokenizer.velocity_offset:
+            self.sounding = [note for note in self.sounding if note[2] > time]  # time does not go back before this
+        if self.parallels is not None:
+            self.parallels.add(token, time)
 
 
 class AheadAnnouncer:
