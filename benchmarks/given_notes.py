@@ -24,7 +24,7 @@ its best checkpoint on the **validation** pieces is measured once on the **test*
 
 Scored two ways: as the harmonize / infill decoder writes the notes (its rules applied to the model's
 logits: parts, AHEAD and EOS banned, time stopped at given onsets, lengths within the window —
-:func:`multimodal.music.harmonize.decoder_token_nll`; the measure of the issue), and raw (every scored
+:func:`multimodal.music.constrained.decoder_token_nll`; the measure of the issue), and raw (every scored
 id as the model's softmax gives it). Every id is scored with up to the model's ``seq_len`` ids before
 it (windows moved by half of it, :func:`multimodal.music.token_nll`). Each seed appends one JSON line to ``--out``; ``--table`` prints
 mean ± sd over seeds. ``--checkpoint`` measures a model trained elsewhere as it is (no fine-tuning: given notes
@@ -379,10 +379,10 @@ def decoder_nll(model, tokenizer, head: list[int], ids: np.ndarray, is_given: np
                 parts: list[int], seq_len: int, window_end: float | None = None, each: bool = False,
                 stop_at: float | None = None):
     """Summed NLL of the ``scored`` ids of ``head + ids`` as the harmonize / infill decoder writes them: given
-    ids fed, ``parts`` written, shifts stopped at given notes (:func:`multimodal.music.harmonize.decoder_token_nll`).
+    ids fed, ``parts`` written, shifts stopped at given notes (:func:`multimodal.music.constrained.decoder_token_nll`).
     ``each``: the NLL of every id of ``ids`` instead, float64 ``(len(ids),)`` (NaN where not scored). ``stop_at``:
     the infill decoder's window end (seconds), where time stops."""
-    from multimodal.music.harmonize import decoder_token_nll
+    from multimodal.music.constrained import decoder_token_nll
 
     fed = np.r_[np.ones(len(head), dtype=bool), is_given]
     nll = decoder_token_nll(model, tokenizer, np.r_[head, ids], fed, parts, seq_len, window_end=window_end,

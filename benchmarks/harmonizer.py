@@ -17,7 +17,7 @@ a random -3..3 semitones; the same windows in the same order for every kind):
 Every kind is scored on the lower voices of the ``--stage``'s Bach chorales (validation for ``select``, test
 for ``report``): nats per lower-voice note, as the harmonize decoder writes them (its rules on the logits:
 given ids fed, the soprano's pitches banned, shifts stopped at the soprano's onsets —
-:func:`multimodal.music.harmonize.decoder_token_nll`, the measure of ``benchmarks/given_notes.py``) and raw
+:func:`multimodal.music.constrained.decoder_token_nll`, the measure of ``benchmarks/given_notes.py``) and raw
 (every written id as the softmax gives it); each id read with up to 256 ids before it (windows moved by 128).
 The reduction ``1 - kind / alone`` per seed is issue 31's measure (target ≥ 25 %). Each finished model
 appends one JSON line to ``--out``; ``--table`` prints mean ± sd. The budget is steps, not time, so two
@@ -267,7 +267,7 @@ def score(model, kind: str, data: Chorales, split: str) -> tuple[float, float, i
     """Summed NLL of the written (lower-voice) ids of ``split``'s chorales as the harmonize decoder writes them and
     raw, and their number of notes."""
     from multimodal.music import token_nll
-    from multimodal.music.harmonize import decoder_token_nll
+    from multimodal.music.constrained import decoder_token_nll
 
     lower_parts = list(range(1, data.tokenizer.config.num_parts))
     decoder, raw, notes = 0.0, 0.0, 0

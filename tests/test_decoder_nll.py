@@ -10,13 +10,15 @@ import pytest
 import torch
 
 from multimodal.models import CausalLM, CausalLMConfig
-from multimodal.music.harmonize import NoteEnds, decoder_token_nll, harmonize
+from multimodal.music.constrained import NoteEnds, decoder_token_nll
+from multimodal.music.harmonize import harmonize
 from multimodal.music.scoring import token_nll
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer, MidiDurationTokenizerConfig
 
 PLAIN = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True))
 ANTICIPATING = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, controls=True, anticipation_steps=100))
 harmonize_module = importlib.import_module("multimodal.music.harmonize")  # the module; the package exports the function
+decoder_module = importlib.import_module("multimodal.music.constrained")  # where the decoder samples
 TOKENIZERS = pytest.mark.parametrize("tokenizer", [PLAIN, ANTICIPATING], ids=["plain", "anticipating"])
 
 
@@ -127,14 +129,14 @@ def test_the_nll_of_each_written_id_follows_the_decoders_rules_computed_naively(
 def record_draws(monkeypatch) -> list[float]:
     """A list that collects -log p of every id the harmonize / infill decoder samples, under its masks."""
     drawn: list[float] = []
-    real_sample_next = harmonize_module.sample_next
+    real_sample_next = decoder_module.sample_next
 
     def recording_sample_next(scores, sampling, generator=None):
         token = real_sample_next(scores, sampling, generator=generator)
         drawn.append(float(-torch.log_softmax(scores[0].double(), -1)[int(token[0])]))
         return token
 
-    monkeypatch.setattr(harmonize_module, "sample_next", recording_sample_next)
+    monkeypatch.setattr(decoder_module, "sample_next", recording_sample_next)
     return drawn
 
 @TOKENIZERS

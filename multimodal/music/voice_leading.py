@@ -8,7 +8,7 @@ either onset, makes no parallel.
 
 - :func:`voice_leading` counts them in finished music (the harmonization benchmark's measure);
 - :class:`ParallelsRule` follows a decoder token by token and names the PITCH ids that would make
-  one at the current onset, so a constrained decoder (:mod:`multimodal.music.harmonize`) can mask
+  one at the current onset, so a constrained decoder (:mod:`multimodal.music.constrained`) can mask
   them — the harmony teacher's rule as a constraint, not something the model learned.
 """
 

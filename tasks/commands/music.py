@@ -31,9 +31,9 @@ from multimodal.music import (
     score_music,
 )
 from multimodal.music.bars import span_point, span_seconds
+from multimodal.music.constrained import NEW_IDS_PER_SECOND
 from multimodal.music.harmonize import (
     LOOKAHEAD_IDS,
-    NEW_IDS_PER_SECOND,
     can_look_ahead,
     check_melody,
     harmonize_to_files,
