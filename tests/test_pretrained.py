@@ -104,6 +104,17 @@ def test_generate_and_models_know_the_shipped_model_by_name(tmp_path, capsys, mo
     assert "music" in (listing := capsys.readouterr().out) and "checksums match" in listing
 
 
+def test_the_shipped_models_parts_are_sung_by_the_instruments_asked(tmp_path):
+    """A chorale for a choir: every track of the MIDI file (which the WAV plays) carries the asked program."""
+    import pretty_midi
+
+    main(["generate", "--model", "music", "--out", str(tmp_path / "choir"), "--style", "chorale", "--primer-seconds",
+          "0", "--max-new-tokens", "64", "--seed", "0", "--instruments", "choir aahs"])  # fmt: skip
+    tracks = pretty_midi.PrettyMIDI(str(tmp_path / "choir/sample_0.mid")).instruments
+    assert len(tracks) >= 2 and {track.program for track in tracks} == {52}
+    assert (tmp_path / "choir/sample_0.wav").is_file()
+
+
 def _tune(path: Path, phrases: int) -> Path:
     """A one-line tune the model never trained on, 8.75 s a phrase, written to ``path``."""
     import pretty_midi
@@ -178,9 +189,12 @@ def test_the_shipped_model_harmonizes_a_long_tune_to_its_end_and_a_short_budget_
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--model", "nosuch", "--out", "x"], "--model nosuch: neither a shipped model (music) nor a model folder or checkpoint"),
     (["generate", "--model", "music", "--checkpoint", "x.ckpt"], "--checkpoint, --model: give one of them"),
+    (["generate", "--model", "music", "--out", "x", "--instruments", "kazoo"], "--instruments: 'kazoo' is not a General MIDI instrument"),
+    (["generate", "--model", "music", "--out", "x", "--instruments", *"123456"], "--instruments: give one for every part or one a part, at most 5"),
 ])  # fmt: skip
 def test_a_bad_model_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)  # the one line users see
     with pytest.raises(SystemExit) as stopped:
         main(argv)
     assert stopped.value.code == 2 and message in capsys.readouterr().err

@@ -572,7 +572,12 @@ class MidiDurationTokenizer(MidiTokenizer):
     def decode(self, ids: Any) -> pretty_midi.PrettyMIDI:
         """Turns ids into a ``PrettyMIDI``: one instrument per part that has notes, named, with its program."""
         if self.config.num_parts == 1:
-            return super().decode(ids)
+            midi = super().decode(ids)
+            if self.config.part_programs:
+                midi.instruments[0].program = self.config.part_programs[0]
+            if self.config.part_names:
+                midi.instruments[0].name = self.config.part_names[0]
+            return midi
         notes = self.decode_notes(ids)
         midi = pretty_midi.PrettyMIDI(resolution=960, initial_tempo=120.0)
         for part in range(self.config.num_parts):

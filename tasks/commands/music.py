@@ -39,6 +39,7 @@ from multimodal.music.harmonize import (
     harmonize_to_files,
     infill_to_files,
 )
+from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
@@ -76,6 +77,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-audio", action="store_true", help="skip the WAV preview")
     parser.add_argument("--soundfont", default=None, help="a .sf2/.sf3 file to render the WAV with, or 'sine' "
                         "(default: $MULTIMODAL_SOUNDFONT, else pretty_midi's TimGM6mb.sf2; docs/music.md)")  # fmt: skip
+    parser.add_argument("--instruments", nargs="+", metavar="INSTRUMENT",
+                        help="who plays the parts, in the MIDI and the WAV: General MIDI names or programs 0-127, "
+                             "one for all parts or one a part in order (e.g. 'Choir Aahs', or Flute Violin Viola "
+                             "Cello; default: the model's, the piano; docs/music.md)")  # fmt: skip
     harmony = parser.add_argument_group("harmonize (models trained with parts, data.num_parts > 1; docs/music.md)")
     harmony.add_argument("--harmonize", type=Path, metavar="MELODY.mid",
                          help="write the other parts around this one-line melody (its notes kept exactly)")
@@ -115,6 +120,11 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
     Without ``--primer`` the primer is the first held-out piece of the run (``data``: its data settings), or
     nothing (the controls alone) when the run's music21 collections are not converted on this machine.
     """
+    if args.instruments:
+        try:
+            tokenizer = with_programs(tokenizer, args.instruments)
+        except ValueError as error:
+            raise ValueError(f"--instruments: {str(error).removeprefix('instruments: ')}") from None
     asked = [f"--{name}" for name in CONTROL_NAMES if getattr(args, name, None) is not None]
     asked += ["--guidance-scale"] if args.guidance_scale != 1.0 else []
     if asked and not getattr(tokenizer.config, "controls", False):

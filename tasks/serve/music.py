@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pretty_midi
 
 from multimodal.generation import SamplingConfig
 from multimodal.music import (
@@ -25,7 +26,9 @@ from multimodal.music import (
 )
 from multimodal.music.bars import span_seconds
 from multimodal.music.continuation import part_names, unconditional_prompt
+from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range
+from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
 from tasks.commands.music import model_training_data, pieces_at_hand, run_pieces
@@ -66,7 +69,7 @@ class MusicSession:
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
         density: float | None = None, action: str = "continue", guidance_scale: float = 1.0,
         avoid_parallels: bool = False, key_emphasis: float = 0.0, parts: list[str] | None = None,
-        gap_from: str = "", gap_to: str = "",
+        gap_from: str = "", gap_to: str = "", instrument: str = "",
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
@@ -77,9 +80,11 @@ class MusicSession:
         kept. Both need a model with parts; ``avoid_parallels``: with no parallel fifths or octaves
         (:class:`~multimodal.music.voice_leading.ParallelsRule`); ``parts``: the names of the parts the model writes
         (:meth:`part_names`; None or empty: every part but the melody's, or every part of the gap).
-        ``key_emphasis`` leans towards the key's tonic chord (:func:`~multimodal.music.tonality.key_emphasis`). A
-        ``gradio.Error`` (one line) for an upload that is not MIDI, a setting outside its widget's bounds, a gap
-        that cannot be read, or a control the model does not know."""
+        ``key_emphasis`` leans towards the key's tonic chord (:func:`~multimodal.music.tonality.key_emphasis`).
+        ``instrument``: a General MIDI name or program that plays every part, in the MIDI file and the WAV (empty:
+        the model's own; :func:`~multimodal.music.instruments.with_programs`). A ``gradio.Error`` (one line) for
+        an upload that is not MIDI, a setting outside its widget's bounds, a gap that cannot be read, an
+        instrument General MIDI does not have, or a control the model does not know."""
         import gradio as gr
 
         seconds = bounded("primer (seconds)", seconds, *SECONDS)
@@ -99,10 +104,15 @@ class MusicSession:
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, guidance_scale=guidance_scale, **leaning)
         if action not in self.actions():
             raise gr.Error(f"Action {action!r}: this model can {', '.join(self.actions())}.")
+        try:
+            writer = with_programs(self.tokenizer, [instrument]) if instrument else self.tokenizer
+        except ValueError as error:
+            raise gr.Error(f"Instrument: {str(error).removeprefix('instruments: ')}") from None
         if action == "harmonize":
-            return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts)
+            return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts, writer)
         if action == "infill":
-            return self._infill(piece, upload, (gap_from, gap_to), controls, sampling, seed, avoid_parallels, parts)
+            return self._infill(piece, upload, (gap_from, gap_to), controls, sampling, seed, avoid_parallels, parts,
+                                writer)  # fmt: skip
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -122,7 +132,7 @@ class MusicSession:
             unconditional_prompt(self.tokenizer, primer, sampling)  # refuses guidance without controls
         except ValueError as error:  # controls or guidance asked of a model without controls
             raise gr.Error(str(error)) from None
-        (path,) = continue_music(self.task.model, self.tokenizer, primer, self._request_folder(), sampling,
+        (path,) = continue_music(self.task.model, writer, primer, self._request_folder(), sampling,
                                  max_new_tokens=length, seed=seed, audio=True)  # fmt: skip
         asked = f" Asked for {controls.describe()}." if any(v is not None for v in controls.values()) else ""
         message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events.{asked}"
@@ -138,6 +148,10 @@ class MusicSession:
     def part_names(self) -> list[str]:
         """The names of the model's parts (none without parts); the first holds a melody to harmonize."""
         return part_names(self.tokenizer) or []
+
+    def can_orchestrate(self) -> bool:
+        """Whether the page can choose the instrument: a vocabulary with a program per part (the duration one)."""
+        return isinstance(self.tokenizer, MidiDurationTokenizer)
 
     def actions(self) -> list[str]:
         """What this model can do among :data:`ACTIONS`: continue; fill a gap with the duration vocabulary (a note's
@@ -155,9 +169,10 @@ class MusicSession:
         return [names.index(name) for name in parts] if parts else None
 
     def _harmonize(self, upload: str | None, controls, sampling: SamplingConfig, seed: int,
-                   avoid_parallels: bool = False, parts: list[str] | None = None,
+                   avoid_parallels: bool = False, parts: list[str] | None = None, writer: Any = None,
                    ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
-        """The uploaded melody (its notes kept exactly) with the other parts, or the named ``parts``, written."""
+        """The uploaded melody (its notes kept exactly) with the other parts, or the named ``parts``, written;
+        ``writer``: the tokenizer that writes the files (its instruments; None: the model's)."""
         import gradio as gr
 
         if not upload:
@@ -170,7 +185,7 @@ class MusicSession:
             if self.facts.get("part_ranges") is not None:
                 check_melody_range(melody, self.facts["part_ranges"][0], self.tokenizer.config.part_name(0),
                                    Path(upload).name)  # fmt: skip
-            (path,) = harmonize_to_files(self.task.model, self.tokenizer, melody, self._request_folder(),
+            (path,) = harmonize_to_files(self.task.model, writer or self.tokenizer, melody, self._request_folder(),
                                          sampling, controls=controls, parts=chosen,
                                          chord_sizes=self.facts.get("chord_sizes"),
                                          seed=seed, audio=True,  # as many new ids as the melody needs
@@ -183,9 +198,10 @@ class MusicSession:
                 f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
 
     def _infill(self, piece: str | None, upload: str | None, gap: tuple[str, str], controls, sampling: SamplingConfig,
-                seed: int, avoid_parallels: bool = False, parts: list[str] | None = None,
+                seed: int, avoid_parallels: bool = False, parts: list[str] | None = None, writer: Any = None,
                 ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
-        """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew."""
+        """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew;
+        ``writer`` as :meth:`_harmonize`'s."""
         import gradio as gr
 
         chosen = self._chosen_parts(parts)
@@ -199,7 +215,7 @@ class MusicSession:
             start, end = span_seconds(*gap, path=upload or None)
             if not len(notes) or start >= float(notes[:, 2].max()):
                 raise ValueError(f"{source} ends before the gap starts")
-            (path,) = infill_to_files(self.task.model, self.tokenizer, notes, start, end, self._request_folder(),
+            (path,) = infill_to_files(self.task.model, writer or self.tokenizer, notes, start, end, self._request_folder(),
                                       sampling, parts=chosen, controls=controls, seed=seed, audio=True,
                                       avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"))  # fmt: skip
         except ValueError as error:  # not MIDI, an unreadable gap, a model without parts or controls
@@ -235,6 +251,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
+                instrument = gr.Dropdown(["", *pretty_midi.INSTRUMENT_MAP], value="", visible=session.can_orchestrate(),
+                                         label="instrument of every part (empty: the model's, the piano)")  # fmt: skip
                 action = gr.Radio([(ACTIONS[name], name) for name in actions], value="continue",
                                   label="what the model does", visible=len(actions) > 1)  # fmt: skip
                 with gr.Row(visible="infill" in actions):
@@ -262,6 +280,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 midi = gr.File(label="MIDI")
         button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
                                                 key, meter, density, action, guidance, avoid_parallels, emphasis,
-                                                parts, gap_from, gap_to],
+                                                parts, gap_from, gap_to, instrument],
                      [audio, roll, midi, message], api_name="continue")  # fmt: skip
     return page

@@ -4,6 +4,7 @@ import itertools
 import socket
 from pathlib import Path
 
+import pretty_midi
 import pytest
 from checkpoints import one_step_checkpoint
 from PIL import Image
@@ -53,6 +54,14 @@ def test_music_page_continues_a_held_out_piece_and_explains_a_broken_upload(chec
     assert message == f"held-out piece {piece}: 1-2 s written anew; everything else kept." and Path(midi).is_file()
     with pytest.raises(gradio.Error, match="Action 'harmonize': this model can continue, infill"):
         session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0, action="harmonize")
+    # the instrument chosen plays the piece, in the MIDI file the WAV is rendered from
+    assert session.can_orchestrate()
+    for action in ("continue", "infill"):
+        *_, midi, _ = session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0, action=action, gap_from="1",
+                                              gap_to="2", instrument="Church Organ")  # fmt: skip
+        assert {track.program for track in pretty_midi.PrettyMIDI(midi).instruments} == {19}, action
+    with pytest.raises(gradio.Error, match="Instrument: 'kazoo' is not a General MIDI instrument"):
+        session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0, instrument="kazoo")
 
 
 def test_text_page_streams_a_continuation(checkpoints):
