@@ -115,6 +115,30 @@ def test_the_shipped_models_parts_are_sung_by_the_instruments_asked(tmp_path):
     assert (tmp_path / "choir/sample_0.wav").is_file()
 
 
+def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_path, capsys, monkeypatch):
+    """--score: the melody stands in the MusicXML note for note, in the beats of its own tempo (90 a minute) and
+    bars of its own meter; a score already there is not replaced without --overwrite."""
+    from test_score import QUARTER, read_parts, waltz
+
+    melody = waltz()
+    melody.instruments = melody.instruments[:1]
+    melody.write(str(tmp_path / "waltz.mid"))
+    argv = ["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "waltz.mid"),
+            "--parts", "2", "3", "4", "--no-audio", "--seed", "0", "--score"]  # fmt: skip
+    main(argv)
+    notes, firsts = read_parts(tmp_path / "out" / "sample_0.musicxml")
+    expected = [(n.pitch, round(n.start / QUARTER, 6), round((n.end - n.start) / QUARTER, 6)) for n in melody.instruments[0].notes]
+    assert [(p, round(o, 6), round(q, 6)) for p, o, q in notes["Part 1"]] == expected
+    assert len(notes) == 4 and all(first.timeSignature.ratioString == "3/4" for first in firsts)
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    for written in (tmp_path / "out").glob("sample_0.*"):  # only the score stands in the way now
+        if written.suffix != ".musicxml":
+            written.unlink()
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert "sample_0.musicxml: already exists; pass --overwrite" in capsys.readouterr().err
+
+
 def _tune(path: Path, phrases: int) -> Path:
     """A one-line tune the model never trained on, 8.75 s a phrase, written to ``path``."""
     import pretty_midi

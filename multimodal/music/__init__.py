@@ -1,7 +1,7 @@
 """Music end to end without Lightning: continue primers into files (:mod:`.continuation`, directed by
 :func:`parse_controls`), harmonize a melody or fill a gap (:mod:`.harmonize`; a gap in bars: :mod:`.bars`), choose
-who plays the parts (:mod:`.instruments`), score MIDI (:mod:`.scoring`), compare continuations with the real ones
-(:mod:`.evaluation`, :mod:`.stats`)."""
+who plays the parts (:mod:`.instruments`), write sheet music (:mod:`.score`), score MIDI (:mod:`.scoring`),
+compare continuations with the real ones (:mod:`.evaluation`, :mod:`.stats`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from multimodal.music.continuation import continue_music, continue_primers, prim
 from multimodal.music.evaluation import evaluate_continuations, longest_note
 from multimodal.music.harmonize import check_melody, harmonize, harmonize_to_files, infill, infill_to_files
 from multimodal.music.instruments import parse_program, with_programs
+from multimodal.music.score import write_musicxml
 from multimodal.music.scoring import MusicScore, score_music, token_nll
 from multimodal.music.stats import FEATURES, ExcerptStats, comparison_table, excerpt_stats, overlaps
 from multimodal.tokenizers.music_controls import Controls, parse_controls
 
-__all__ = ["FEATURES", "Controls", "ExcerptStats", "MusicScore", "bar_starts", "check_melody", "comparison_table", "continue_music", "continue_primers", "evaluate_continuations", "excerpt_stats", "harmonize", "harmonize_to_files", "infill", "infill_to_files", "longest_note", "overlaps", "parse_controls", "parse_program", "primer_ids", "read_primer", "score_music", "span_seconds", "token_nll", "with_programs"]
+__all__ = ["FEATURES", "Controls", "ExcerptStats", "MusicScore", "bar_starts", "check_melody", "comparison_table", "continue_music", "continue_primers", "evaluate_continuations", "excerpt_stats", "harmonize", "harmonize_to_files", "infill", "infill_to_files", "longest_note", "overlaps", "parse_controls", "parse_program", "primer_ids", "read_primer", "score_music", "span_seconds", "token_nll", "with_programs", "write_musicxml"]

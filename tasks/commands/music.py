@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pretty_midi
 from torch import nn
 
 from multimodal.convert.folder import is_model_folder, read_model_folder
@@ -41,11 +42,14 @@ from multimodal.music.harmonize import (
 )
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
+from multimodal.music.score import source_timing, write_musicxml
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import (
     CONTROL_NAMES,
+    KEYS,
+    METERS,
     STYLES,
     Controls,
     parse_density,
@@ -77,6 +81,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-audio", action="store_true", help="skip the WAV preview")
     parser.add_argument("--soundfont", default=None, help="a .sf2/.sf3 file to render the WAV with, or 'sine' "
                         "(default: $MULTIMODAL_SOUNDFONT, else pretty_midi's TimGM6mb.sf2; docs/music.md)")  # fmt: skip
+    parser.add_argument("--score", action="store_true",
+                        help="also write <name>.musicxml, sheet music with a staff per part, in the primer's or "
+                             "melody's meter and tempo (else --meter, else 4/4 at 120) and key (--key, else the "
+                             "key music21 finds); MuseScore opens it")  # fmt: skip
     parser.add_argument("--instruments", nargs="+", metavar="INSTRUMENT",
                         help="who plays the parts, in the MIDI and the WAV: General MIDI names or programs 0-127, "
                              "one for all parts or one a part in order (e.g. 'Choir Aahs', or Flute Violin Viola "
@@ -163,6 +171,8 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         max_new_tokens=_continuation_ids(args), seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
+    if args.score:
+        _write_scores(paths, args, args.primer)
     what = f"{len(primer)} events" if len(notes) else f"{len(primer)} events: the start and the controls"
     print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({what})")
     for path in paths:
@@ -191,6 +201,8 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels, lookahead=args.lookahead, chord_sizes=facts.get("chord_sizes"),
     )  # fmt: skip
+    if args.score:
+        _write_scores(paths, args, args.harmonize)
     print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
@@ -218,10 +230,25 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         avoid_parallels=args.avoid_parallels,
         chord_sizes=model_training_data(getattr(args, "model_source", None), data).get("chord_sizes"),
     )  # fmt: skip
+    if args.score:
+        _write_scores(paths, args, args.primer)
     in_bars = f" ({asked})" if any(span_point(point)[1] for point in args.infill) else ""
     print(f"filled {start:g}-{end:g} s{in_bars} of {args.primer}")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
+
+
+def _write_scores(paths: list[Path], args: argparse.Namespace, source: Path | None) -> None:
+    """``--score``: each written MIDI file's MusicXML beside it (:func:`~multimodal.music.score.write_musicxml`),
+    at the tempo and meter of the ``source`` file the music came from (None: 120 and 4/4), the meter of
+    ``--meter`` and the key of ``--key`` when they are given."""
+    seconds_per_quarter, meter = source_timing(source) if source is not None else (0.5, None)
+    if args.meter is not None and METERS[args.meter] != "other":
+        meter = METERS[args.meter]
+    key = KEYS[args.key] if args.key is not None else None
+    for path in paths:
+        write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), seconds_per_quarter, meter, key)
+        print(f"wrote {path.with_suffix('.musicxml')} (the score)")
 
 
 def _continuation_ids(args: argparse.Namespace) -> int:
@@ -278,7 +305,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
     """``--primer FOLDER``: every MIDI file in it (corrupt or note-less ones skipped, named) continued once."""
     if args.num_beams > 1 or args.num_samples > 1:
         raise ValueError("--primer FOLDER continues each file once: it takes neither --num-beams nor --num-samples")
-    primers, skipped = {}, []
+    primers, sources, skipped = {}, {}, []
     for path in sorted(p for p in args.primer.rglob("*") if p.suffix.lower() in (".mid", ".midi")):
         try:
             notes = read_primer(path, tokenizer)
@@ -288,9 +315,8 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
         if not len(notes[notes[:, 1] < args.primer_seconds]):
             skipped.append(f"{path}: no note starts in its first {args.primer_seconds:g} s")
             continue
-        primers[path.relative_to(args.primer).with_suffix("").as_posix().replace("/", "_")] = primer_ids(
-            notes, tokenizer, args.primer_seconds, _controls_from(args)
-        )
+        name = path.relative_to(args.primer).with_suffix("").as_posix().replace("/", "_")
+        primers[name], sources[name] = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args)), path
     for problem in skipped:
         warnings.warn(f"skipping {problem}", stacklevel=2)
     if not primers:
@@ -301,6 +327,9 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
         max_new_tokens=_continuation_ids(args), seed=args.seed, audio=not args.no_audio, soundfont=args.soundfont,
         overwrite=args.overwrite,
     )  # fmt: skip
+    if args.score:
+        for path, name in zip(paths, primers, strict=True):
+            _write_scores([path], args, sources[name])
     print(f"continued the first {args.primer_seconds:g} s of {len(paths)} file(s) of {args.primer}"
           + (f" ({len(skipped)} skipped)" if skipped else ""))  # fmt: skip
     for path in paths:

@@ -1,0 +1,86 @@
+"""Sheet music of what a model wrote: MusicXML through music21, a staff per part, in the source's meter and tempo.
+
+A model writes notes in seconds, and its MIDI files keep them at 120 beats a minute; a score needs beats.
+:func:`write_musicxml` reads the seconds at the tempo of the music they came from (a melody or primer at 90
+beats a minute has its quarter notes every 0.667 s), quantises them to sixteenths and eighth-note triplets
+(music21's ``quantizePost``), bars them in the given meter and writes the key signature of the given key, or of
+the key music21 finds in the notes (the Krumhansl-Schmuckler profiles). MuseScore, Finale, Sibelius and
+Dorico open the file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pretty_midi
+
+QUARTER_DIVISORS = (4, 3)
+"""How finely onsets and lengths are quantised: sixteenths and eighth-note triplets (music21's own default)."""
+
+
+def source_timing(path: str | Path) -> tuple[float, str | None]:
+    """``(seconds per quarter note, meter)`` at the start of a MIDI file: its first tempo (none: 120 beats a
+    minute, 0.5 s) and first time signature (``"3/4"``; None when it has none).
+
+    Raises:
+        ValueError: ``path`` is not a readable MIDI file (the message names it).
+    """
+    try:
+        midi = pretty_midi.PrettyMIDI(str(path))
+    except Exception as error:  # pretty_midi raises whatever its parser met
+        raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__})") from None
+    tempi = midi.get_tempo_changes()[1]
+    signatures = midi.time_signature_changes
+    meter = f"{signatures[0].numerator}/{signatures[0].denominator}" if signatures else None
+    return 60.0 / float(tempi[0]) if len(tempi) else 0.5, meter
+
+
+def music21_key(name: str):
+    """A music21 ``Key`` of a key written as the controls write them (``"Bb minor"``, ``"F# major"``)."""
+    from music21 import key
+
+    tonic, mode = name.split()
+    return key.Key(tonic.replace("b", "-") if len(tonic) > 1 else tonic, mode)
+
+
+def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, seconds_per_quarter: float = 0.5,
+                   meter: str | None = None, key: str | None = None) -> Path:  # fmt: skip
+    """Writes ``midi`` (notes in seconds) as a MusicXML score: one part a non-drum track, named as the track.
+
+    Args:
+        midi: The music, e.g. what :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.decode` gives.
+        path: The ``.musicxml`` file to write (folders are created).
+        seconds_per_quarter: How long a quarter note lasts in ``midi`` (the tempo of its source; 0.5: 120 a minute).
+        meter: A time signature such as ``"3/4"`` (None: 4/4).
+        key: A key as the controls write it (``"G minor"``, ``"Bb major"``; None: music21's analysis of the notes).
+
+    Returns:
+        The path written.
+    """
+    from music21 import converter
+    from music21 import key as keys
+
+    timed = pretty_midi.PrettyMIDI(resolution=960, initial_tempo=60.0 / seconds_per_quarter)
+    for track in midi.instruments:
+        if track.is_drum or not track.notes:
+            continue
+        copy = pretty_midi.Instrument(track.program, name=track.name)
+        copy.notes = [pretty_midi.Note(note.velocity, note.pitch, note.start, note.end) for note in track.notes]
+        timed.instruments.append(copy)
+    if meter is not None:
+        numerator, denominator = (int(number) for number in meter.split("/"))
+        timed.time_signature_changes = [pretty_midi.TimeSignature(numerator, denominator, 0.0)]
+    with tempfile.TemporaryDirectory() as folder:
+        timed.write(str(Path(folder) / "timed.mid"))
+        score = converter.parse(str(Path(folder) / "timed.mid"), quantizePost=True,
+                                quarterLengthDivisors=QUARTER_DIVISORS)  # fmt: skip
+    found = music21_key(key) if key is not None else score.analyze("key")
+    for part in score.parts:
+        first = part.getElementsByClass("Measure").first()
+        if first is not None:
+            first.keySignature = keys.KeySignature(found.sharps)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    score.write("musicxml", fp=str(path))
+    return path

@@ -1,0 +1,84 @@
+"""Sheet music of generated MIDI: MusicXML in the source's meter, tempo and key, read back with music21."""
+
+from __future__ import annotations
+
+import mido
+import pretty_midi
+import pytest
+
+from multimodal.music.score import source_timing, write_musicxml
+
+TEMPO = 90.0  # beats a minute: a quarter note lasts 2/3 s
+QUARTER = 60.0 / TEMPO
+
+
+def waltz(path=None, tempo: float = TEMPO, meter: tuple[int, int] | None = (3, 4)) -> pretty_midi.PrettyMIDI:
+    """Two parts in beats: a melody of quarters and half notes, a bass of dotted halves (12 beats)."""
+    midi = pretty_midi.PrettyMIDI(initial_tempo=tempo)
+    if meter is not None:
+        midi.time_signature_changes = [pretty_midi.TimeSignature(*meter, 0.0)]
+    beat = 60.0 / tempo
+    melody, bass = pretty_midi.Instrument(73, name="Flute"), pretty_midi.Instrument(42, name="Cello")
+    for start, length, pitch in [(0, 1, 70), (1, 1, 72), (2, 1, 74), (3, 2, 75), (5, 1, 74), (6, 3, 72), (9, 3, 70)]:
+        melody.notes.append(pretty_midi.Note(90, pitch, start * beat, (start + length) * beat))
+    for start, pitch in [(0, 46), (3, 51), (6, 53), (9, 46)]:
+        bass.notes.append(pretty_midi.Note(80, pitch, start * beat, (start + 3) * beat))
+    midi.instruments += [melody, bass]
+    if path is not None:
+        midi.write(str(path))
+    return midi
+
+
+def read_parts(path):
+    """``{part name: [(MIDI pitch, onset in quarters, length in quarters)]}`` (a chord's notes each) and the first
+    measure of each part."""
+    from music21 import converter
+
+    score = converter.parse(str(path))
+    notes = {part.partName: [(pitch.midi, float(n.getOffsetInHierarchy(part)), float(n.quarterLength))
+                             for n in part.recurse().notes for pitch in n.pitches] for part in score.parts}  # fmt: skip
+    return notes, [part.getElementsByClass("Measure").first() for part in score.parts]
+
+
+def test_the_score_keeps_every_note_in_beats_of_the_source_tempo_its_meter_and_key(tmp_path):
+    source = waltz()
+    path = write_musicxml(source, tmp_path / "scores" / "waltz.musicxml", seconds_per_quarter=QUARTER, meter="3/4",
+                          key="Bb major")  # fmt: skip
+    notes, firsts = read_parts(path)
+    for track in source.instruments:  # each note's onset and length in quarters, worked from its seconds
+        expected = [(n.pitch, round(n.start / QUARTER, 6), round((n.end - n.start) / QUARTER, 6)) for n in track.notes]
+        assert [(p, round(o, 6), round(q, 6)) for p, o, q in notes[track.name]] == expected, track.name
+    for first in firsts:
+        assert first.timeSignature.ratioString == "3/4" and first.keySignature.sharps == -2  # B flat major: two flats
+    assert len(next(iter(source.instruments)).notes) == 7 and sum(len(found) for found in notes.values()) == 11
+
+
+def test_read_at_the_wrong_tempo_the_rhythm_changes(tmp_path):
+    """The tempo matters: the same seconds read at 120 a minute are not the waltz's quarters."""
+    notes, _ = read_parts(write_musicxml(waltz(), tmp_path / "fast.musicxml", seconds_per_quarter=0.5, meter="3/4"))
+    assert [length for _, _, length in notes["Flute"]][:3] != [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("scale, sharps", [([60, 62, 64, 65, 67, 69, 71, 72, 67, 64, 60], 0),
+                                           ([62, 64, 66, 67, 69, 71, 73, 74, 69, 66, 62], 2)])  # fmt: skip
+def test_without_a_key_the_signature_is_the_key_of_the_notes(tmp_path, scale, sharps):
+    midi = pretty_midi.PrettyMIDI()
+    line = pretty_midi.Instrument(0, name="Line")
+    line.notes = [pretty_midi.Note(80, pitch, 0.5 * i, 0.5 * i + 0.5) for i, pitch in enumerate(scale)]
+    midi.instruments.append(line)
+    _, firsts = read_parts(write_musicxml(midi, tmp_path / "scale.musicxml"))
+    assert firsts[0].keySignature.sharps == sharps and firsts[0].timeSignature.ratioString == "4/4"
+
+
+def test_the_source_timing_is_its_first_tempo_and_time_signature(tmp_path):
+    waltz(tmp_path / "waltz.mid", tempo=90.0, meter=(6, 8))
+    seconds_per_quarter, meter = source_timing(tmp_path / "waltz.mid")
+    assert seconds_per_quarter == pytest.approx(60 / 90, rel=1e-4) and meter == "6/8"
+    plain = mido.MidiFile()  # no tempo, no time signature (pretty_midi would write a 4/4)
+    plain.tracks.append(mido.MidiTrack([mido.Message("note_on", note=60, velocity=80, time=0),
+                                        mido.Message("note_off", note=60, velocity=0, time=480)]))  # fmt: skip
+    plain.save(str(tmp_path / "plain.mid"))
+    assert source_timing(tmp_path / "plain.mid") == (pytest.approx(0.5), None)
+    (tmp_path / "not.mid").write_bytes(b"MThd")
+    with pytest.raises(ValueError, match="not.mid: not a readable MIDI file"):
+        source_timing(tmp_path / "not.mid")
