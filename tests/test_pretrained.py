@@ -116,8 +116,10 @@ def test_the_shipped_models_parts_are_sung_by_the_instruments_asked(tmp_path):
 
 
 def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_path, capsys, monkeypatch):
-    """--score: the melody stands in the MusicXML note for note, in the beats of its own tempo (90 a minute) and
-    bars of its own meter; a score already there is not replaced without --overwrite."""
+    """The harmonized MIDI file keeps the tune's tempo (90 a minute) and meter (3/4); --score: the melody stands in
+    the MusicXML note for note, in those beats and bars; a score already there is not replaced without --overwrite."""
+    import mido
+    import pretty_midi
     from test_score import QUARTER, read_parts, waltz
 
     melody = waltz()
@@ -130,6 +132,16 @@ def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_
     expected = [(n.pitch, round(n.start / QUARTER, 6), round((n.end - n.start) / QUARTER, 6)) for n in melody.instruments[0].notes]
     assert [(p, round(o, 6), round(q, 6)) for p, o, q in notes["Part 1"]] == expected
     assert len(notes) == 4 and all(first.timeSignature.ratioString == "3/4" for first in firsts)
+    # the MIDI file has the waltz's tempo and meter for a sequencer's bars (read with mido), its notes their seconds
+    meta = [message for track in mido.MidiFile(str(tmp_path / "out" / "sample_0.mid")).tracks for message in track
+            if message.is_meta]  # fmt: skip
+    assert [m.tempo for m in meta if m.type == "set_tempo"] == [pytest.approx(mido.bpm2tempo(90), abs=1)]  # µs a beat
+    assert [(m.numerator, m.denominator) for m in meta if m.type == "time_signature"] == [(3, 4)]
+    written = pretty_midi.PrettyMIDI(str(tmp_path / "out" / "sample_0.mid")).instruments[0].notes
+    source = melody.instruments[0].notes
+    assert [n.pitch for n in written] == [n.pitch for n in source]
+    assert max(abs(w.start - n.start) for w, n in zip(written, source, strict=True)) < 0.006  # onsets: a 10 ms grid
+    assert max(abs(w.end - n.end) for w, n in zip(written, source, strict=True)) < 0.026  # lengths: 50 ms steps past 1 s
     monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
     for written in (tmp_path / "out").glob("sample_0.*"):  # only the score stands in the way now
         if written.suffix != ".musicxml":

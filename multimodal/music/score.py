@@ -1,6 +1,8 @@
-"""Sheet music of what a model wrote: MusicXML through music21, a staff per part, in the source's meter and tempo.
+"""Beats and bars of what a model wrote: its MIDI file in the source's tempo and meter, and sheet music (MusicXML
+through music21, a staff per part).
 
-A model writes notes in seconds, and its MIDI files keep them at 120 beats a minute; a score needs beats.
+A model writes notes in seconds, and its MIDI files keep them at 120 beats a minute; a sequencer's grid and a
+score need beats. :func:`timed` gives the file the tempo and time signature of the music it came from.
 :func:`write_musicxml` reads the seconds at the tempo of the music they came from (a melody or primer at 90
 beats a minute has its quarter notes every 0.667 s), quantises them to sixteenths and eighth-note triplets
 (music21's ``quantizePost``), bars them in the given meter and writes the key signature of the given key, or of
@@ -44,6 +46,23 @@ def music21_key(name: str):
     return key.Key(tonic.replace("b", "-") if len(tonic) > 1 else tonic, mode)
 
 
+def timed(midi: pretty_midi.PrettyMIDI, seconds_per_quarter: float = 0.5, meter: str | None = None) -> pretty_midi.PrettyMIDI:
+    """A copy of ``midi``'s non-drum tracks whose file has a tempo of a quarter note every ``seconds_per_quarter``
+    and the time signature ``meter`` (``"3/4"``; None: none written, which readers take as 4/4). The notes sound at
+    the same seconds: only the beats and bars a sequencer or a score reads from the file change."""
+    copy = pretty_midi.PrettyMIDI(resolution=960, initial_tempo=60.0 / seconds_per_quarter)
+    for track in midi.instruments:
+        if track.is_drum or not track.notes:
+            continue
+        kept = pretty_midi.Instrument(track.program, name=track.name)
+        kept.notes = [pretty_midi.Note(note.velocity, note.pitch, note.start, note.end) for note in track.notes]
+        copy.instruments.append(kept)
+    if meter is not None:
+        numerator, denominator = (int(number) for number in meter.split("/"))
+        copy.time_signature_changes = [pretty_midi.TimeSignature(numerator, denominator, 0.0)]
+    return copy
+
+
 def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, seconds_per_quarter: float = 0.5,
                    meter: str | None = None, key: str | None = None) -> Path:  # fmt: skip
     """Writes ``midi`` (notes in seconds) as a MusicXML score: one part a non-drum track, named as the track.
@@ -61,18 +80,8 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, seconds_per_q
     from music21 import converter
     from music21 import key as keys
 
-    timed = pretty_midi.PrettyMIDI(resolution=960, initial_tempo=60.0 / seconds_per_quarter)
-    for track in midi.instruments:
-        if track.is_drum or not track.notes:
-            continue
-        copy = pretty_midi.Instrument(track.program, name=track.name)
-        copy.notes = [pretty_midi.Note(note.velocity, note.pitch, note.start, note.end) for note in track.notes]
-        timed.instruments.append(copy)
-    if meter is not None:
-        numerator, denominator = (int(number) for number in meter.split("/"))
-        timed.time_signature_changes = [pretty_midi.TimeSignature(numerator, denominator, 0.0)]
     with tempfile.TemporaryDirectory() as folder:
-        timed.write(str(Path(folder) / "timed.mid"))
+        timed(midi, seconds_per_quarter, meter).write(str(Path(folder) / "timed.mid"))
         score = converter.parse(str(Path(folder) / "timed.mid"), quantizePost=True,
                                 quarterLengthDivisors=QUARTER_DIVISORS)  # fmt: skip
     found = music21_key(key) if key is not None else score.analyze("key")

@@ -42,7 +42,7 @@ from multimodal.music.harmonize import (
 )
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
-from multimodal.music.score import source_timing, write_musicxml
+from multimodal.music.score import source_timing, timed, write_musicxml
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
@@ -171,8 +171,7 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         max_new_tokens=_continuation_ids(args), seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
-    if args.score:
-        _write_scores(paths, args, args.primer)
+    _keep_timing(paths, args, args.primer)
     what = f"{len(primer)} events" if len(notes) else f"{len(primer)} events: the start and the controls"
     print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({what})")
     for path in paths:
@@ -201,8 +200,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels, lookahead=args.lookahead, chord_sizes=facts.get("chord_sizes"),
     )  # fmt: skip
-    if args.score:
-        _write_scores(paths, args, args.harmonize)
+    _keep_timing(paths, args, args.harmonize)
     print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
@@ -230,25 +228,29 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         avoid_parallels=args.avoid_parallels,
         chord_sizes=model_training_data(getattr(args, "model_source", None), data).get("chord_sizes"),
     )  # fmt: skip
-    if args.score:
-        _write_scores(paths, args, args.primer)
+    _keep_timing(paths, args, args.primer)
     in_bars = f" ({asked})" if any(span_point(point)[1] for point in args.infill) else ""
     print(f"filled {start:g}-{end:g} s{in_bars} of {args.primer}")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
 
 
-def _write_scores(paths: list[Path], args: argparse.Namespace, source: Path | None) -> None:
-    """``--score``: each written MIDI file's MusicXML beside it (:func:`~multimodal.music.score.write_musicxml`),
-    at the tempo and meter of the ``source`` file the music came from (None: 120 and 4/4), the meter of
-    ``--meter`` and the key of ``--key`` when they are given."""
+def _keep_timing(paths: list[Path], args: argparse.Namespace, source: Path | None) -> None:
+    """Gives each written MIDI file the tempo and meter of the ``source`` file its music came from (the notes keep
+    their seconds; :func:`~multimodal.music.score.timed`), or ``--meter``'s, so a sequencer's bars are the
+    music's; with ``--score``, writes its MusicXML beside it (:func:`~multimodal.music.score.write_musicxml`: the
+    key of ``--key``, else music21's analysis). No source and no ``--meter``: 120 a minute in 4/4, as written."""
     seconds_per_quarter, meter = source_timing(source) if source is not None else (0.5, None)
     if args.meter is not None and METERS[args.meter] != "other":
         meter = METERS[args.meter]
     key = KEYS[args.key] if args.key is not None else None
     for path in paths:
-        write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), seconds_per_quarter, meter, key)
-        print(f"wrote {path.with_suffix('.musicxml')} (the score)")
+        midi = pretty_midi.PrettyMIDI(str(path))
+        if source is not None or meter is not None:
+            timed(midi, seconds_per_quarter, meter).write(str(path))
+        if args.score:
+            write_musicxml(midi, path.with_suffix(".musicxml"), seconds_per_quarter, meter, key)
+            print(f"wrote {path.with_suffix('.musicxml')} (the score)")
 
 
 def _continuation_ids(args: argparse.Namespace) -> int:
@@ -327,9 +329,8 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
         max_new_tokens=_continuation_ids(args), seed=args.seed, audio=not args.no_audio, soundfont=args.soundfont,
         overwrite=args.overwrite,
     )  # fmt: skip
-    if args.score:
-        for path, name in zip(paths, primers, strict=True):
-            _write_scores([path], args, sources[name])
+    for path, name in zip(paths, primers, strict=True):
+        _keep_timing([path], args, sources[name])
     print(f"continued the first {args.primer_seconds:g} s of {len(paths)} file(s) of {args.primer}"
           + (f" ({len(skipped)} skipped)" if skipped else ""))  # fmt: skip
     for path in paths:
