@@ -142,6 +142,16 @@ def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_
     assert [n.pitch for n in written] == [n.pitch for n in source]
     assert max(abs(w.start - n.start) for w, n in zip(written, source, strict=True)) < 0.006  # onsets: a 10 ms grid
     assert max(abs(w.end - n.end) for w, n in zip(written, source, strict=True)) < 0.026  # lengths: 50 ms steps past 1 s
+    # the serve page's harmonization of the same upload keeps them too
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+    from tasks.serve.music import MusicSession
+
+    task, tokenizer, data = load_task(resolve_model("music"))
+    *_, page_midi, _ = MusicSession(task, tokenizer, data, resolve_model("music")).continue_primer(
+        None, str(tmp_path / "waltz.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize", parts=["Part 2", "Part 3"])
+    assert [(signature.numerator, signature.denominator)
+            for signature in pretty_midi.PrettyMIDI(page_midi).time_signature_changes] == [(3, 4)]  # fmt: skip
     monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
     for written in (tmp_path / "out").glob("sample_0.*"):  # only the score stands in the way now
         if written.suffix != ".musicxml":

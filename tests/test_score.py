@@ -82,3 +82,22 @@ def test_the_source_timing_is_its_first_tempo_and_time_signature(tmp_path):
     (tmp_path / "not.mid").write_bytes(b"MThd")
     with pytest.raises(ValueError, match="not.mid: not a readable MIDI file"):
         source_timing(tmp_path / "not.mid")
+
+
+def test_keep_timing_gives_a_file_its_sources_tempo_and_meter_and_keeps_its_seconds(tmp_path):
+    from multimodal.music.score import keep_timing
+
+    waltz(tmp_path / "source.mid", tempo=90.0, meter=(6, 8))
+    written = waltz(tmp_path / "written.mid", tempo=120.0, meter=None)  # as a model's file: 120 a minute
+    before = (tmp_path / "written.mid").read_bytes()
+    assert keep_timing(tmp_path / "written.mid") == (0.5, None) and (tmp_path / "written.mid").read_bytes() == before
+    seconds_per_quarter, meter = keep_timing(tmp_path / "written.mid", tmp_path / "source.mid")
+    assert seconds_per_quarter == pytest.approx(60 / 90, rel=1e-4) and meter == "6/8"
+    meta = [m for track in mido.MidiFile(str(tmp_path / "written.mid")).tracks for m in track if m.is_meta]
+    assert [m.tempo for m in meta if m.type == "set_tempo"] == [pytest.approx(mido.bpm2tempo(90), abs=1)]
+    assert [(m.numerator, m.denominator) for m in meta if m.type == "time_signature"] == [(6, 8)]
+    again = pretty_midi.PrettyMIDI(str(tmp_path / "written.mid"))
+    for old, new in zip(written.instruments, again.instruments, strict=True):
+        assert [(n.pitch, n.start, n.end) for n in new.notes] == [
+            (n.pitch, pytest.approx(n.start, abs=1e-3), pytest.approx(n.end, abs=1e-3)) for n in old.notes]
+    assert keep_timing(tmp_path / "written.mid", meter="3/4")[1] == "3/4"  # a meter asked for wins

@@ -63,6 +63,18 @@ def timed(midi: pretty_midi.PrettyMIDI, seconds_per_quarter: float = 0.5, meter:
     return copy
 
 
+def keep_timing(path: str | Path, source: str | Path | None = None, meter: str | None = None) -> tuple[float, str | None]:
+    """Rewrites the MIDI file ``path`` in the tempo and meter of the ``source`` file its music came from
+    (:func:`source_timing`, :func:`timed`: the notes keep their seconds), ``meter`` overriding the source's; neither
+    a source nor a meter: the file stays as written. Returns ``(seconds per quarter note, meter)``, what a score of
+    the file should read it with (:func:`write_musicxml`)."""
+    seconds_per_quarter, found = source_timing(source) if source is not None else (0.5, None)
+    meter = meter if meter is not None else found
+    if source is not None or meter is not None:
+        timed(pretty_midi.PrettyMIDI(str(path)), seconds_per_quarter, meter).write(str(path))
+    return seconds_per_quarter, meter
+
+
 def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, seconds_per_quarter: float = 0.5,
                    meter: str | None = None, key: str | None = None) -> Path:  # fmt: skip
     """Writes ``midi`` (notes in seconds) as a MusicXML score: one part a non-drum track, named as the track.

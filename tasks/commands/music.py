@@ -42,7 +42,7 @@ from multimodal.music.harmonize import (
 )
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
-from multimodal.music.score import source_timing, timed, write_musicxml
+from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
@@ -236,20 +236,15 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
 
 
 def _keep_timing(paths: list[Path], args: argparse.Namespace, source: Path | None) -> None:
-    """Gives each written MIDI file the tempo and meter of the ``source`` file its music came from (the notes keep
-    their seconds; :func:`~multimodal.music.score.timed`), or ``--meter``'s, so a sequencer's bars are the
-    music's; with ``--score``, writes its MusicXML beside it (:func:`~multimodal.music.score.write_musicxml`: the
-    key of ``--key``, else music21's analysis). No source and no ``--meter``: 120 a minute in 4/4, as written."""
-    seconds_per_quarter, meter = source_timing(source) if source is not None else (0.5, None)
-    if args.meter is not None and METERS[args.meter] != "other":
-        meter = METERS[args.meter]
+    """Each written MIDI file in the tempo and meter of the ``source`` file its music came from, or ``--meter``'s
+    (:func:`~multimodal.music.score.keep_timing`); with ``--score``, its MusicXML beside it
+    (:func:`~multimodal.music.score.write_musicxml`: the key of ``--key``, else music21's analysis)."""
+    meter = METERS[args.meter] if args.meter is not None and METERS[args.meter] != "other" else None
     key = KEYS[args.key] if args.key is not None else None
     for path in paths:
-        midi = pretty_midi.PrettyMIDI(str(path))
-        if source is not None or meter is not None:
-            timed(midi, seconds_per_quarter, meter).write(str(path))
+        seconds_per_quarter, used = keep_timing(path, source, meter)
         if args.score:
-            write_musicxml(midi, path.with_suffix(".musicxml"), seconds_per_quarter, meter, key)
+            write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), seconds_per_quarter, used, key)
             print(f"wrote {path.with_suffix('.musicxml')} (the score)")
 
 

@@ -28,6 +28,7 @@ from multimodal.music.bars import span_seconds
 from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range
+from multimodal.music.score import keep_timing
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
@@ -134,6 +135,7 @@ class MusicSession:
             raise gr.Error(str(error)) from None
         (path,) = continue_music(self.task.model, writer, primer, self._request_folder(), sampling,
                                  max_new_tokens=length, seed=seed, audio=True)  # fmt: skip
+        keep_timing(path, upload or None)  # an upload's tempo and meter: its bars in a sequencer
         asked = f" Asked for {controls.describe()}." if any(v is not None for v in controls.values()) else ""
         message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events.{asked}"
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
@@ -190,6 +192,7 @@ class MusicSession:
                                          chord_sizes=self.facts.get("chord_sizes"),
                                          seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
+            keep_timing(path, upload)
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
             raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
         part = self.tokenizer.config.part_name(0)
@@ -218,6 +221,7 @@ class MusicSession:
             (path,) = infill_to_files(self.task.model, writer or self.tokenizer, notes, start, end, self._request_folder(),
                                       sampling, parts=chosen, controls=controls, seed=seed, audio=True,
                                       avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"))  # fmt: skip
+            keep_timing(path, upload or None)
         except ValueError as error:  # not MIDI, an unreadable gap, a model without parts or controls
             reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
             raise gr.Error(" ".join(reason.split())) from None
