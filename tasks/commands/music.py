@@ -109,7 +109,8 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     directed = parser.add_argument_group("controls (models trained with data.controls: true; docs/music.md)")
     directed.add_argument("--style", type=_control(parse_style), help=f"one of: {', '.join(STYLES)}")
     directed.add_argument("--key", type=_control(parse_key), help="tonic and mode, e.g. 'G minor', 'Bb major'")
-    directed.add_argument("--meter", type=_control(parse_meter), help="time signature, e.g. 3/4, 6/8")
+    directed.add_argument("--meter", type=_control(parse_meter),
+                          help="time signature, e.g. 3/4, 6/8 (and the bars of the MIDI file and --score)")
     directed.add_argument("--density", type=_control(parse_density), help="notes per second, e.g. 4")
     directed.add_argument("--key-emphasis", type=non_negative_float, default=0.0, metavar="NATS",
                           help="lean towards the --key's tonic chord: its pitches get this many nats more (e.g. "
