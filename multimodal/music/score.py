@@ -47,15 +47,14 @@ def music21_key(name: str):
 
 
 def timed(midi: pretty_midi.PrettyMIDI, seconds_per_quarter: float = 0.5, meter: str | None = None) -> pretty_midi.PrettyMIDI:
-    """A copy of ``midi``'s non-drum tracks whose file has a tempo of a quarter note every ``seconds_per_quarter``
-    and the time signature ``meter`` (``"3/4"``; None: none written, which readers take as 4/4). The notes sound at
-    the same seconds: only the beats and bars a sequencer or a score reads from the file change."""
+    """A copy of ``midi`` whose file has a tempo of a quarter note every ``seconds_per_quarter`` and the time
+    signature ``meter`` (``"3/4"``; None: none written, which readers take as 4/4). Its tracks, notes, pitch bends
+    and controllers sound at the same seconds: only the beats and bars a sequencer or a score reads change."""
     copy = pretty_midi.PrettyMIDI(resolution=960, initial_tempo=60.0 / seconds_per_quarter)
     for track in midi.instruments:
-        if track.is_drum or not track.notes:
-            continue
-        kept = pretty_midi.Instrument(track.program, name=track.name)
+        kept = pretty_midi.Instrument(track.program, is_drum=track.is_drum, name=track.name)
         kept.notes = [pretty_midi.Note(note.velocity, note.pitch, note.start, note.end) for note in track.notes]
+        kept.pitch_bends, kept.control_changes = list(track.pitch_bends), list(track.control_changes)
         copy.instruments.append(kept)
     if meter is not None:
         numerator, denominator = (int(number) for number in meter.split("/"))
@@ -92,8 +91,10 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, seconds_per_q
     from music21 import converter
     from music21 import key as keys
 
+    staves = timed(midi, seconds_per_quarter, meter)
+    staves.instruments = [track for track in staves.instruments if track.notes and not track.is_drum]
     with tempfile.TemporaryDirectory() as folder:
-        timed(midi, seconds_per_quarter, meter).write(str(Path(folder) / "timed.mid"))
+        staves.write(str(Path(folder) / "timed.mid"))
         score = converter.parse(str(Path(folder) / "timed.mid"), quantizePost=True,
                                 quarterLengthDivisors=QUARTER_DIVISORS)  # fmt: skip
     found = music21_key(key) if key is not None else score.analyze("key")
