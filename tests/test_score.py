@@ -101,3 +101,21 @@ def test_keep_timing_gives_a_file_its_sources_tempo_and_meter_and_keeps_its_seco
         assert [(n.pitch, n.start, n.end) for n in new.notes] == [
             (n.pitch, pytest.approx(n.start, abs=1e-3), pytest.approx(n.end, abs=1e-3)) for n in old.notes]
     assert keep_timing(tmp_path / "written.mid", meter="3/4")[1] == "3/4"  # a meter asked for wins
+
+
+def test_timed_keeps_drums_bends_and_controllers_at_their_seconds():
+    from multimodal.music.score import timed
+
+    midi = pretty_midi.PrettyMIDI()
+    drums = pretty_midi.Instrument(0, is_drum=True, name="Drums")
+    drums.notes = [pretty_midi.Note(100, 36, 0.25, 0.3)]
+    lead = pretty_midi.Instrument(81, name="Lead")
+    lead.notes = [pretty_midi.Note(90, 72, 0.0, 1.0)]
+    lead.pitch_bends = [pretty_midi.PitchBend(2000, 0.5)]
+    lead.control_changes = [pretty_midi.ControlChange(64, 127, 0.1)]
+    midi.instruments += [drums, lead]
+    copy = timed(midi, 60 / 90, "3/4")
+    assert [(t.name, t.is_drum, t.program) for t in copy.instruments] == [("Drums", True, 0), ("Lead", False, 81)]
+    assert [(b.pitch, b.time) for b in copy.instruments[1].pitch_bends] == [(2000, 0.5)]
+    assert [(c.number, c.value, c.time) for c in copy.instruments[1].control_changes] == [(64, 127, 0.1)]
+    assert copy.instruments[0].notes[0].start == 0.25 and copy.get_tempo_changes()[1][0] == pytest.approx(90)
