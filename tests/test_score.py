@@ -119,3 +119,16 @@ def test_timed_keeps_drums_bends_and_controllers_at_their_seconds():
     assert [(b.pitch, b.time) for b in copy.instruments[1].pitch_bends] == [(2000, 0.5)]
     assert [(c.number, c.value, c.time) for c in copy.instruments[1].control_changes] == [(64, 127, 0.1)]
     assert copy.instruments[0].notes[0].start == 0.25 and copy.get_tempo_changes()[1][0] == pytest.approx(90)
+
+
+def test_music_without_notes_has_no_score_and_the_command_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    from tasks.cli import main
+
+    with pytest.raises(ValueError, match="empty.musicxml: the music has no notes to write a score of"):
+        write_musicxml(pretty_midi.PrettyMIDI(), tmp_path / "empty.musicxml")
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)  # warnings as users see them
+    main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--primer-seconds", "0", "--max-new-tokens",
+          "0", "--no-audio", "--score"])  # fmt: skip
+    said = capsys.readouterr()
+    assert "sample_0.musicxml: the music has no notes to write a score of" in said.err
+    assert (tmp_path / "out" / "sample_0.mid").is_file() and not (tmp_path / "out" / "sample_0.musicxml").exists()

@@ -87,12 +87,17 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, seconds_per_q
 
     Returns:
         The path written.
+
+    Raises:
+        ValueError: ``midi`` has no notes outside drum tracks (nothing to put on a staff).
     """
     from music21 import converter
     from music21 import key as keys
 
     staves = timed(midi, seconds_per_quarter, meter)
     staves.instruments = [track for track in staves.instruments if track.notes and not track.is_drum]
+    if not staves.instruments:
+        raise ValueError(f"{path}: the music has no notes to write a score of")
     with tempfile.TemporaryDirectory() as folder:
         staves.write(str(Path(folder) / "timed.mid"))
         score = converter.parse(str(Path(folder) / "timed.mid"), quantizePost=True,

@@ -244,9 +244,13 @@ def _keep_timing(paths: list[Path], args: argparse.Namespace, source: Path | Non
     key = KEYS[args.key] if args.key is not None else None
     for path in paths:
         seconds_per_quarter, used = keep_timing(path, source, meter)
-        if args.score:
+        if not args.score:
+            continue
+        try:
             write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), seconds_per_quarter, used, key)
             print(f"wrote {path.with_suffix('.musicxml')} (the score)")
+        except ValueError as error:  # nothing written: no score, and the other files stand
+            warnings.warn(str(error), stacklevel=2)
 
 
 def _continuation_ids(args: argparse.Namespace) -> int:
