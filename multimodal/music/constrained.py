@@ -536,6 +536,30 @@ def decoder_token_nll(
 
     ids, is_given = np.asarray(ids, dtype=np.int64), np.asarray(is_given, dtype=bool)
     time = tokenizer.clock(ids)  # the step after each id
+    remain, steps = _given_stops(tokenizer, ids, is_given, time, stop_at)
+    banned = banned_ids(tokenizer, parts)
+    shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
+    anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
+    pending = _waiting_for_length(tokenizer, ids, is_given)
+    forbidden = _forbidden_by_note_rules(tokenizer, ids, is_given, time, pending)
+    if window_end is not None:
+        ends = window_end if isinstance(window_end, NoteEnds) else NoteEnds.of(tokenizer, window_end)
+        forbidden |= _lengths_too_long(tokenizer, ids, time, pending, ends)
+
+    def rules(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        logits = stop_shifts_at(logits, shift_ids, steps[index], merge=anticipating)
+        mask = banned.to(logits.device) | forbidden[index].to(logits.device)
+        mask[:, tokenizer.eos_id] |= remain[index].to(logits.device)
+        return logits.masked_fill(mask, float("-inf"))
+
+    return token_nll(model, ids, seq_len, stride, rules=rules)
+
+
+def _given_stops(tokenizer: MidiDurationTokenizer, ids: np.ndarray, is_given: np.ndarray, time: np.ndarray,
+                 stop_at: float | None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """For each of ``ids[1:]``: whether a given note still comes (bool ``(n - 1,)``: EOS is not written) and how many
+    steps ahead time stops for it (int ``(n - 1,)``, int32's max when none), as :func:`decoder_token_nll` reads
+    them: given PITCH ids fed at their onset (not a note written ahead, not inside a block), and ``stop_at``."""
     is_ahead = (ids >= tokenizer.ahead_offset) & (ids < tokenizer.infill_offset)  # a given note's row ahead
     row_ahead = np.maximum.accumulate(np.where(is_ahead, np.arange(len(ids)), -1))  # the last AHEAD at or before
     is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset)
@@ -551,43 +575,40 @@ def decoder_token_nll(
     if stop_at is not None:  # time stops at the window's end as at a given note
         last = round(stop_at / tokenizer.config.time_step)
         next_given = np.where(decoding[:-1] & (time[:-1] < last), np.minimum(next_given, last), next_given)
-    remain = torch.as_tensor(next_given < never)  # predicting ids[1:]: a given note still comes
-    steps = torch.as_tensor(np.where(remain.numpy(), next_given - time[:-1], np.iinfo(np.int32).max))
-    banned = banned_ids(tokenizer, parts)
-    shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
-    anticipating = getattr(tokenizer.config, "anticipation_steps", 0) > 0
-    pending = _waiting_for_length(tokenizer, ids, is_given)
-    too_long = None  # (len(ids) - 1, vocab): lengths past the window's end, where a note of the model waits for one
-    if window_end is not None:
-        ends = window_end if isinstance(window_end, NoteEnds) else NoteEnds.of(tokenizer, window_end)
-        too_long = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
-        lengths = torch.as_tensor(tokenizer.config.duration_steps)
-        last_pitch = np.maximum.accumulate(np.where(is_pitch, np.arange(len(ids)), 0))  # the PITCH a length waits for
-        for position in np.flatnonzero(pending[:-1]):
-            latest = ends.latest(int(ids[last_pitch[position]]), int(time[position]))
-            too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > latest - int(time[position])
-    # the model's own notes: their pitches are not struck twice in their part at one onset
-    struck = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
+    remain = next_given < never
+    return torch.as_tensor(remain), torch.as_tensor(np.where(remain, next_given - time[:-1], np.iinfo(np.int32).max))
+
+
+def _forbidden_by_note_rules(tokenizer: MidiDurationTokenizer, ids: np.ndarray, is_given: np.ndarray,
+                             time: np.ndarray, pending: np.ndarray) -> torch.Tensor:  # fmt: skip
+    """Bool ``(n - 1, vocab)``: the ids the rules for the model's own notes forbid in place of each of ``ids[1:]`` —
+    its pitches struck again in their part at one onset, and a note's grammar (after its PITCH only a DURATION,
+    else no DURATION; no VELOCITY after its VELOCITY)."""
+    is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset)
+    forbidden = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
     written = np.flatnonzero(pending[:-1] & (ids[1:] >= tokenizer.duration_offset) & (ids[1:] < tokenizer.control_offset)) + 1
     for position in written:  # a DURATION of the model's note: the PITCH is the last one before it
         pitch = ids[np.flatnonzero(is_pitch[:position])[-1]]
-        struck[np.flatnonzero((np.arange(len(ids) - 1) >= position) & (time[:-1] == time[position])), pitch] = True
-    # the grammar of a note: after the model's PITCH only a DURATION, else no DURATION; no VELOCITY after its VELOCITY
+        forbidden[np.flatnonzero((np.arange(len(ids) - 1) >= position) & (time[:-1] == time[position])), pitch] = True
     is_duration, is_velocity = note_grammar(tokenizer)
-    struck |= torch.where(torch.as_tensor(pending[:-1])[:, None], ~is_duration, is_duration)
+    forbidden |= torch.where(torch.as_tensor(pending[:-1])[:, None], ~is_duration, is_duration)
     own_velocity = (ids >= tokenizer.velocity_offset) & (ids < tokenizer.pitch_offset) & ~is_given & ~pending
-    struck[torch.as_tensor(own_velocity[:-1])] |= is_velocity
+    forbidden[torch.as_tensor(own_velocity[:-1])] |= is_velocity
+    return forbidden
 
-    def rules(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        logits = stop_shifts_at(logits, shift_ids, steps[index], merge=anticipating)
-        mask = banned.to(logits.device).expand_as(logits).clone()
-        if too_long is not None:
-            mask |= too_long[index].to(logits.device)
-        mask |= struck[index].to(logits.device)
-        mask[:, tokenizer.eos_id] |= remain[index].to(logits.device)
-        return logits.masked_fill(mask, float("-inf"))
 
-    return token_nll(model, ids, seq_len, stride, rules=rules)
+def _lengths_too_long(tokenizer: MidiDurationTokenizer, ids: np.ndarray, time: np.ndarray, pending: np.ndarray,
+                      ends: NoteEnds) -> torch.Tensor:  # fmt: skip
+    """Bool ``(n - 1, vocab)``: where a note of the model waits for its DURATION, the lengths that end it later than
+    ``ends`` allows (:meth:`NoteEnds.latest`)."""
+    too_long = torch.zeros(len(ids) - 1, tokenizer.vocab_size, dtype=torch.bool)
+    lengths = torch.as_tensor(tokenizer.config.duration_steps)
+    is_pitch = (ids >= tokenizer.pitch_offset) & (ids < tokenizer.duration_offset)
+    last_pitch = np.maximum.accumulate(np.where(is_pitch, np.arange(len(ids)), 0))  # the PITCH a length waits for
+    for position in np.flatnonzero(pending[:-1]):
+        latest = ends.latest(int(ids[last_pitch[position]]), int(time[position]))
+        too_long[position, tokenizer.duration_offset : tokenizer.control_offset] = lengths > latest - int(time[position])
+    return too_long
 
 
 def _waiting_for_length(tokenizer: MidiDurationTokenizer, ids: np.ndarray, is_given: np.ndarray) -> np.ndarray:
