@@ -142,16 +142,19 @@ def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_
     assert [n.pitch for n in written] == [n.pitch for n in source]
     assert max(abs(w.start - n.start) for w, n in zip(written, source, strict=True)) < 0.006  # onsets: a 10 ms grid
     assert max(abs(w.end - n.end) for w, n in zip(written, source, strict=True)) < 0.026  # lengths: 50 ms steps past 1 s
-    # the serve page's harmonization of the same upload keeps them too
+    # the serve page's harmonization of the same upload keeps them too, and offers its score
     from multimodal.pretrained import resolve_model
     from tasks.checkpoint import load_task
     from tasks.serve.music import MusicSession
 
     task, tokenizer, data = load_task(resolve_model("music"))
-    *_, page_midi, _ = MusicSession(task, tokenizer, data, resolve_model("music")).continue_primer(
+    *_, page_midi, page_score, _ = MusicSession(task, tokenizer, data, resolve_model("music")).answer(
         None, str(tmp_path / "waltz.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize", parts=["Part 2", "Part 3"])
     assert [(signature.numerator, signature.denominator)
             for signature in pretty_midi.PrettyMIDI(page_midi).time_signature_changes] == [(3, 4)]  # fmt: skip
+    page_notes, page_firsts = read_parts(page_score)  # the page's score: the melody in its beats, in 3/4
+    assert [(p, round(o, 6), round(q, 6)) for p, o, q in page_notes["Part 1"]] == expected
+    assert len(page_notes) == 3 and all(first.timeSignature.ratioString == "3/4" for first in page_firsts)
     monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
     for written in (tmp_path / "out").glob("sample_0.*"):  # only the score stands in the way now
         if written.suffix != ".musicxml":

@@ -4,6 +4,7 @@ it, see it, download it."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import shutil
 import tempfile
@@ -28,10 +29,10 @@ from multimodal.music.bars import span_seconds
 from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range
-from multimodal.music.score import keep_timing
+from multimodal.music.score import keep_timing, source_timing, write_musicxml
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
-from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES
+from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES, parse_key
 from tasks.commands.music import model_training_data, pieces_at_hand, run_pieces
 from tasks.serve.checks import SEEDS, bounded
 
@@ -140,6 +141,21 @@ class MusicSession:
         message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events.{asked}"
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
 
+
+    def answer(self, *settings: Any, **named: Any) -> tuple[str | None, str | None, str | None, str | None, str]:
+        """What the page shows: :meth:`continue_primer`'s ``(wav, piano roll, midi, message)`` with the MusicXML score
+        of the MIDI file before the message (:func:`~multimodal.music.score.write_musicxml`, in the file's tempo and
+        meter, the key chosen or else the one music21 finds; None when there is no music or no note)."""
+        wav, roll, midi, message = self.continue_primer(*settings, **named)
+        if midi is None:
+            return wav, roll, midi, None, message
+        key = inspect.signature(self.continue_primer).bind(*settings, **named).arguments.get("key") or None
+        try:
+            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"),
+                                   *source_timing(midi), key=KEYS[parse_key(key)] if key else None)  # fmt: skip
+        except ValueError:  # no notes: nothing to put on a staff
+            score = None
+        return wav, roll, midi, None if score is None else str(score), message
 
     def _request_folder(self) -> Path:
         """A new folder for one request's files; the folder of the request ``KEEP`` before it is removed."""
@@ -282,8 +298,9 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 audio = gr.Audio(label="listen", type="filepath")
                 roll = gr.Image(label="piano roll", type="filepath")  # its legend says what was given
                 midi = gr.File(label="MIDI")
-        button.click(session.continue_primer, [piece, upload, seconds, length, temperature, top_p, seed, style,
-                                                key, meter, density, action, guidance, avoid_parallels, emphasis,
-                                                parts, gap_from, gap_to, instrument],
-                     [audio, roll, midi, message], api_name="continue")  # fmt: skip
+                score = gr.File(label="score (MusicXML: MuseScore, Finale, Sibelius, Dorico)")
+        button.click(session.answer, [piece, upload, seconds, length, temperature, top_p, seed, style,
+                                      key, meter, density, action, guidance, avoid_parallels, emphasis,
+                                      parts, gap_from, gap_to, instrument],
+                     [audio, roll, midi, score, message], api_name="continue")  # fmt: skip
     return page

@@ -4,6 +4,7 @@ import itertools
 import socket
 from pathlib import Path
 
+import music21
 import pretty_midi
 import pytest
 from checkpoints import one_step_checkpoint
@@ -60,6 +61,10 @@ def test_music_page_continues_a_held_out_piece_and_explains_a_broken_upload(chec
         *_, midi, _ = session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0, action=action, gap_from="1",
                                               gap_to="2", instrument="Church Organ")  # fmt: skip
         assert {track.program for track in pretty_midi.PrettyMIDI(midi).instruments} == {19}, action
+    # what the page shows: the same files and the MusicXML score of the MIDI file (one staff: one part)
+    *_, midi, score, message = session.answer(piece, None, 3.0, 32, 1.0, 0.95, 0)
+    assert Path(score).suffix == ".musicxml" and Path(score).with_suffix(".mid") == Path(midi) and piece in message
+    assert len(music21.converter.parse(score).parts) == 1
     with pytest.raises(gradio.Error, match="Instrument: 'kazoo' is not a General MIDI instrument"):
         session.continue_primer(piece, None, 3.0, 32, 1.0, 0.95, 0, instrument="kazoo")
 

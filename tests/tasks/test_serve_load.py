@@ -140,7 +140,7 @@ def test_twenty_requests_at_once_then_a_huge_and_a_non_midi_upload(music, tmp_pa
         answered, full = 0, 0
         for job in jobs:
             try:
-                wav, _, _, message = job.result(timeout=120)  # none hung
+                wav, *_, message = job.result(timeout=120)  # none hung
                 assert Path(wav).is_file() and "16 new events" in message
                 answered += 1
             except QueueError as error:
@@ -165,7 +165,7 @@ def test_twenty_requests_at_once_then_a_huge_and_a_non_midi_upload(music, tmp_pa
         with pytest.raises(AppError, match="1000000"):  # past the slider's bounds, through the API
             client.predict(*settings[:3], 10**6, *settings[4:], 0, api_name="/continue")
 
-        wav, _, _, message = client.predict(*settings, 7, api_name="/continue")  # still serving
+        wav, *_, message = client.predict(*settings, 7, api_name="/continue")  # still serving
         assert Path(wav).is_file() and piece in message
         peak = _peak_rss_mib(server.pid)
         print(f"\n{REQUESTS} requests in {seconds:.1f} s: {answered} answered, {full} told the queue is full; "
