@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from multimodal.tokenizers.midi_files import open_pretty_midi
+
 BAR = re.compile(r"bar\s*(\d+)", re.IGNORECASE)
 
 
@@ -24,12 +26,7 @@ def bar_starts(path: str | Path, count: int) -> np.ndarray:
     Raises:
         ValueError: ``path`` is not a readable MIDI file (the message names it).
     """
-    import pretty_midi
-
-    try:
-        midi = pretty_midi.PrettyMIDI(str(path))
-    except Exception as error:  # pretty_midi raises whatever its parser met
-        raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__})") from None
+    midi = open_pretty_midi(path)
     starts = midi.get_downbeats()
     starts = starts if len(starts) else np.zeros(1)  # a file without notes: bar 1 at its time 0
     if len(starts) < count:  # past the last note: bars of the last time signature at the last tempo

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pretty_midi
 
+from multimodal.tokenizers.midi_files import open_pretty_midi
+
 QUARTER_DIVISORS = (4, 3)
 """How finely onsets and lengths are quantised: sixteenths and eighth-note triplets (music21's own default)."""
 
@@ -28,10 +30,7 @@ def source_timing(path: str | Path) -> tuple[float, str | None]:
     Raises:
         ValueError: ``path`` is not a readable MIDI file (the message names it).
     """
-    try:
-        midi = pretty_midi.PrettyMIDI(str(path))
-    except Exception as error:  # pretty_midi raises whatever its parser met
-        raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__})") from None
+    midi = open_pretty_midi(path)
     tempi = midi.get_tempo_changes()[1]
     signatures = midi.time_signature_changes
     meter = f"{signatures[0].numerator}/{signatures[0].denominator}" if signatures else None

@@ -98,6 +98,19 @@ def read_midi_notes(path: str | Path, include_drums: bool = False, parts: bool =
         raise UnusableMidi(error.reason, path) from None
 
 
+def open_pretty_midi(path: str | Path) -> pretty_midi.PrettyMIDI:
+    """A MIDI file as pretty_midi reads it, with its tempo map and time signatures (what the bars and the score of
+    a file follow).
+
+    Raises:
+        ValueError: ``path`` is not a readable MIDI file (the message names it).
+    """
+    try:
+        return pretty_midi.PrettyMIDI(str(path))
+    except Exception as error:  # pretty_midi raises whatever its parser met
+        raise ValueError(f"{path}: not a readable MIDI file ({type(error).__name__})") from None
+
+
 def notes_from_midi(midi: str | Path | pretty_midi.PrettyMIDI, include_drums: bool = False) -> np.ndarray:
     """The notes of a MIDI file (:func:`read_midi_notes`) or of a ``PrettyMIDI`` object, merged and pedal-applied.
 
