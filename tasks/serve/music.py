@@ -29,7 +29,7 @@ from multimodal.music.bars import span_seconds
 from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range
-from multimodal.music.score import keep_timing, source_timing, write_musicxml
+from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES, parse_key
@@ -136,23 +136,25 @@ class MusicSession:
             raise gr.Error(str(error)) from None
         (path,) = continue_music(self.task.model, writer, primer, self._request_folder(), sampling,
                                  max_new_tokens=length, seed=seed, audio=True)  # fmt: skip
-        keep_timing(path, upload or None)  # an upload's tempo and meter: its bars in a sequencer
         asked = f" Asked for {controls.describe()}." if any(v is not None for v in controls.values()) else ""
         message = f"The first {seconds:g} s of {source} ({len(primer)} events), then {length} new events.{asked}"
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
 
 
     def answer(self, *settings: Any, **named: Any) -> tuple[str | None, str | None, str | None, str | None, str]:
-        """What the page shows: :meth:`continue_primer`'s ``(wav, piano roll, midi, message)`` with the MusicXML score
-        of the MIDI file before the message (:func:`~multimodal.music.score.write_musicxml`, in the file's tempo and
-        meter, the key chosen or else the one music21 finds; None when there is no music or no note)."""
+        """What the page shows for :meth:`continue_primer`'s settings: its ``(wav, piano roll, midi, message)``, the MIDI
+        file in the upload's tempo and meter (or the meter chosen; :func:`~multimodal.music.score.keep_timing`), and
+        its MusicXML score before the message (:func:`~multimodal.music.score.write_musicxml`, in the key chosen, else
+        the one music21 finds; None when there is no music or no note)."""
         wav, roll, midi, message = self.continue_primer(*settings, **named)
         if midi is None:
             return wav, roll, midi, None, message
-        key = inspect.signature(self.continue_primer).bind(*settings, **named).arguments.get("key") or None
+        asked = inspect.signature(self.continue_primer).bind(*settings, **named).arguments
+        meter, key = asked.get("meter") or None, asked.get("key") or None
+        timing = keep_timing(midi, asked.get("upload") or None, meter if meter != "other" else None)
         try:
-            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"),
-                                   *source_timing(midi), key=KEYS[parse_key(key)] if key else None)  # fmt: skip
+            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"), *timing,
+                                   key=KEYS[parse_key(key)] if key else None)  # fmt: skip
         except ValueError:  # no notes: nothing to put on a staff
             score = None
         return wav, roll, midi, None if score is None else str(score), message
@@ -208,7 +210,6 @@ class MusicSession:
                                          chord_sizes=self.facts.get("chord_sizes"),
                                          seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
-            keep_timing(path, upload)
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
             raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
         part = self.tokenizer.config.part_name(0)
@@ -237,7 +238,6 @@ class MusicSession:
             (path,) = infill_to_files(self.task.model, writer or self.tokenizer, notes, start, end, self._request_folder(),
                                       sampling, parts=chosen, controls=controls, seed=seed, audio=True,
                                       avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"))  # fmt: skip
-            keep_timing(path, upload or None)
         except ValueError as error:  # not MIDI, an unreadable gap, a model without parts or controls
             reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
             raise gr.Error(" ".join(reason.split())) from None
