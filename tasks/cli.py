@@ -54,8 +54,10 @@ def one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """A ``warnings.showwarning`` that writes a warning raised in ``multimodal`` or ``tasks`` as one line,
     ``warning: <message>`` on stderr, once per message (a corpus read for training and again for the samples
     names a file it skips once), and hands the others (PyTorch's, Lightning's) to ``show``."""
-    # the packages' folders: __path__, as a test run may import ``tasks`` as a namespace package (no __file__)
-    own = [Path(folder).resolve() for name in ("multimodal", "tasks") for folder in sys.modules[name].__path__]
+    # the packages' folders: this module's and multimodal's, and every folder of their __path__, as a test run may
+    # import ``tasks`` as a namespace package (no __file__) whose __path__ need not hold this folder
+    own = {Path(__file__).resolve().parent, Path(sys.modules["multimodal"].__file__).resolve().parent}
+    own |= {Path(folder).resolve() for name in ("multimodal", "tasks") for folder in sys.modules[name].__path__}
     shown: set[str] = set()
 
     def show_warning(message, category, filename, lineno, file=None, line=None) -> None:

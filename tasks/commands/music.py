@@ -8,6 +8,7 @@ MIDI, piano roll and WAV files (:mod:`multimodal.music.continuation` names and w
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -250,7 +251,7 @@ def _keep_timing(paths: list[Path], args: argparse.Namespace, source: Path | Non
             write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), seconds_per_quarter, used, key)
             print(f"wrote {path.with_suffix('.musicxml')} (the score)")
         except ValueError as error:  # nothing written: no score, and the other files stand
-            warnings.warn(str(error), stacklevel=2)
+            print(f"warning: {error}", file=sys.stderr)
 
 
 def _continuation_ids(args: argparse.Namespace) -> int:
