@@ -18,8 +18,8 @@ which stays the default.
 span are rewritten, the music before it and after it is given, and a new note sounds no later than the
 notes of its part that it replaces did (the span's end, if they ended before) and never onto a kept note of
 its part and pitch (:class:`~multimodal.music.constrained.NoteEnds`), so none hangs across the seam: what
-sounded there before is what the new notes may fill, and a part is not left silent from the span's end to its next kept note. With a
-vocabulary that has ``GAP AFTER MIDDLE`` ids (``infill_after_steps``), the music after the span is written
+sounded there before is what the new notes may fill, and a part is not left silent from the span's end to its
+next kept note. With a vocabulary that has ``GAP AFTER MIDDLE`` ids (``infill_after_steps``), the music after the span is written
 first, in full, before the model writes the span (prefix, suffix, middle:
 :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`).
 """
@@ -97,7 +97,8 @@ def harmonize(
         parts: The parts the model may write (default: every part without given notes).
         controls: Style, key, meter, density (a vocabulary with controls; None: unknown).
         max_new_tokens: Sampled tokens at most (the given ones do not count); None: what the span needs,
-            :data:`~multimodal.music.constrained.NEW_IDS_PER_SECOND` a second of it (a budget that runs out first is warned about).
+            :data:`~multimodal.music.constrained.NEW_IDS_PER_SECOND` a second of it (a budget that runs out first
+            is warned about).
         sampling: How tokens are chosen (or its fields in ``options``).
         generator: Draws the samples.
         avoid_parallels: One note at a time in each written part, and no new pitch that makes
@@ -164,8 +165,8 @@ def infill(
 
     Notes starting before the span keep their length (they may sound into it); a new note sounds no later
     than the replaced notes of its part did (``end`` if they ended before it) and never onto a kept note of its
-    part and pitch (:meth:`~multimodal.music.constrained.NoteEnds.of`), so none hangs across the seam; the music after ``end`` is given back
-    exactly. A vocabulary with infilling ids (``infill_after_steps``) reads the music after the span before
+    part and pitch (:meth:`~multimodal.music.constrained.NoteEnds.of`), so none hangs across the seam; the music
+    after ``end`` is given back exactly. A vocabulary with infilling ids (``infill_after_steps``) reads the music after the span before
     writing it, as it was trained (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`);
     the ids then hold ``GAP … AFTER … MIDDLE`` after the music before the span (:meth:`decode_notes` reads them).
 
