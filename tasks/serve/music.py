@@ -189,10 +189,10 @@ class MusicSession:
         return [names.index(name) for name in parts] if parts else None
 
     def _harmonize(self, upload: str | None, controls, sampling: SamplingConfig, seed: int,
-                   avoid_parallels: bool = False, parts: list[str] | None = None, writer: Any = None,
+                   avoid_parallels: bool, parts: list[str] | None, writer: Any,
                    ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The uploaded melody (its notes kept exactly) with the other parts, or the named ``parts``, written;
-        ``writer``: the tokenizer that writes the files (its instruments; None: the model's)."""
+        ``writer``: the tokenizer that writes the files (the model's, or a copy with the instrument asked)."""
         import gradio as gr
 
         if not upload:
@@ -205,7 +205,7 @@ class MusicSession:
             if self.facts.get("part_ranges") is not None:
                 check_melody_range(melody, self.facts["part_ranges"][0], self.tokenizer.config.part_name(0),
                                    Path(upload).name)  # fmt: skip
-            (path,) = harmonize_to_files(self.task.model, writer or self.tokenizer, melody, self._request_folder(),
+            (path,) = harmonize_to_files(self.task.model, writer, melody, self._request_folder(),
                                          sampling, controls=controls, parts=chosen,
                                          chord_sizes=self.facts.get("chord_sizes"),
                                          seed=seed, audio=True,  # as many new ids as the melody needs
@@ -218,7 +218,7 @@ class MusicSession:
                 f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
 
     def _infill(self, piece: str | None, upload: str | None, gap: tuple[str, str], controls, sampling: SamplingConfig,
-                seed: int, avoid_parallels: bool = False, parts: list[str] | None = None, writer: Any = None,
+                seed: int, avoid_parallels: bool, parts: list[str] | None, writer: Any,
                 ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew;
         ``writer`` as :meth:`_harmonize`'s."""
@@ -235,7 +235,7 @@ class MusicSession:
             start, end = span_seconds(*gap, path=upload or None)
             if not len(notes) or start >= float(notes[:, 2].max()):
                 raise ValueError(f"{source} ends before the gap starts")
-            (path,) = infill_to_files(self.task.model, writer or self.tokenizer, notes, start, end, self._request_folder(),
+            (path,) = infill_to_files(self.task.model, writer, notes, start, end, self._request_folder(),
                                       sampling, parts=chosen, controls=controls, seed=seed, audio=True,
                                       avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"))  # fmt: skip
         except ValueError as error:  # not MIDI, an unreadable gap, a model without parts or controls
