@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,61 @@ def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_
     with pytest.raises(SystemExit):
         main(argv)
     assert "sample_0.musicxml: already exists; pass --overwrite" in capsys.readouterr().err
+
+
+def test_a_hymn_with_an_upbeat_is_barred_from_its_first_full_bar(tmp_path, capsys, monkeypatch):
+    """--pickup 1: the score starts with a one-beat upbeat (bar 0) and the melody's downbeat notes open bars 1, 2,
+    ...; the MIDI file writes the upbeat as MuseScore does; --infill's bars count from the first full bar; a pickup
+    of a whole bar is one line."""
+    from xml.etree import ElementTree
+
+    import pretty_midi
+    from test_score import QUARTER, file_timing, read_parts
+
+    hymn = pretty_midi.PrettyMIDI(initial_tempo=90)  # G | C' - B | C' - - | D' C' B | C' - -  (3/4, an upbeat)
+    line = pretty_midi.Instrument(0, name="Tune")
+    for start, length, pitch in [(0, 1, 67), (1, 2, 72), (3, 1, 71), (4, 3, 72), (7, 1, 74), (8, 1, 72), (9, 1, 71),
+                                 (10, 3, 72)]:  # fmt: skip
+        line.notes.append(pretty_midi.Note(80, pitch, start * QUARTER, (start + length) * QUARTER))
+    hymn.instruments.append(line)
+    hymn.time_signature_changes = [pretty_midi.TimeSignature(3, 4, 0.0)]
+    hymn.write(str(tmp_path / "hymn.mid"))
+    main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "hymn.mid"),
+          "--parts", "2", "3", "4", "--no-audio", "--seed", "0", "--score", "--pickup", "1"])  # fmt: skip
+    _, meters, ticks = file_timing(tmp_path / "out" / "sample_0.mid")
+    assert [(tick / ticks, n, d) for tick, n, d in meters] == [(0, 1, 4), (1, 3, 4)]
+    score = ElementTree.parse(tmp_path / "out" / "sample_0.musicxml").getroot()
+    measures = score.find("part").findall("measure")
+    assert [(m.get("number"), m.get("implicit")) for m in measures[:2]] == [("0", "yes"), ("1", "no")]
+    downbeats = [m.find("note/pitch/step").text + m.find("note/pitch/octave").text for m in measures[1:5]]
+    assert downbeats == ["C5", "C5", "D5", "C5"]  # each full bar opens with the melody's downbeat note
+    assert read_parts(tmp_path / "out" / "sample_0.musicxml")[0]["Part 1"] == [
+        (n.pitch, round(n.start / QUARTER, 6), round((n.end - n.start) / QUARTER, 6)) for n in line.notes]
+    main(["generate", "--model", "music", "--out", str(tmp_path / "filled"), "--primer", str(tmp_path / "out" /
+          "sample_0.mid"), "--infill", "bar2", "bar3", "--no-audio", "--seed", "0"])  # fmt: skip
+    filled = re.search(r"filled ([\d.]+)-([\d.]+) s \(bar2 bar3\)", capsys.readouterr().out)
+    assert [float(end) for end in filled.groups()] == pytest.approx([4 * QUARTER, 7 * QUARTER], abs=1e-4)  # its upbeat
+    # the page: the same upbeat chosen for the upload, in the MIDI file and the score; a whole bar is refused
+    import gradio as gr
+
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+    from tasks.serve.music import MusicSession
+
+    session = MusicSession(*load_task(resolve_model("music")), resolve_model("music"))
+    *_, page_midi, page_score, _ = session.answer(None, str(tmp_path / "hymn.mid"), 3.0, 32, 1.0, 0.95, 0,
+                                                  action="harmonize", pickup=1)  # fmt: skip
+    assert [(m.numerator, m.denominator) for m in pretty_midi.PrettyMIDI(page_midi).time_signature_changes] == [
+        (1, 4), (3, 4)]
+    assert ElementTree.parse(page_score).getroot().find("part/measure").get("implicit") == "yes"
+    with pytest.raises(gr.Error, match="Pickup: 3 beats is not 0 or more and shorter than a bar of 3/4"):
+        session.answer(None, str(tmp_path / "hymn.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize", pickup=3)
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        main(["generate", "--model", "music", "--out", str(tmp_path / "bad"), "--harmonize", str(tmp_path / "hymn.mid"),
+              "--no-audio", "--pickup", "3"])  # fmt: skip
+    assert stopped.value.code == 2 and not (tmp_path / "bad").exists()
+    assert capsys.readouterr().err.startswith("error: --pickup: 3 beats is not 0 or more and shorter than a bar of 3/4")
 
 
 def _tune(path: Path, phrases: int) -> Path:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from xml.etree import ElementTree
+
 import mido
 import pretty_midi
 import pytest
 
-from multimodal.music.score import source_timing, write_musicxml
+from multimodal.music.bars import beat_grid, pickup_quarters
+from multimodal.music.score import keep_timing, timed, write_musicxml
 
 TEMPO = 90.0  # beats a minute: a quarter note lasts 2/3 s
 QUARTER = 60.0 / TEMPO
@@ -40,10 +43,9 @@ def read_parts(path):
     return notes, [part.getElementsByClass("Measure").first() for part in score.parts]
 
 
-def test_the_score_keeps_every_note_in_beats_of_the_source_tempo_its_meter_and_key(tmp_path):
+def test_the_score_keeps_every_note_in_beats_of_its_tempo_its_meter_and_key(tmp_path):
     source = waltz()
-    path = write_musicxml(source, tmp_path / "scores" / "waltz.musicxml", seconds_per_quarter=QUARTER, meter="3/4",
-                          key="Bb major")  # fmt: skip
+    path = write_musicxml(source, tmp_path / "scores" / "waltz.musicxml", key="Bb major")
     notes, firsts = read_parts(path)
     for track in source.instruments:  # each note's onset and length in quarters, worked from its seconds
         expected = [(n.pitch, round(n.start / QUARTER, 6), round((n.end - n.start) / QUARTER, 6)) for n in track.notes]
@@ -54,8 +56,8 @@ def test_the_score_keeps_every_note_in_beats_of_the_source_tempo_its_meter_and_k
 
 
 def test_read_at_the_wrong_tempo_the_rhythm_changes(tmp_path):
-    """The tempo matters: the same seconds read at 120 a minute are not the waltz's quarters."""
-    notes, _ = read_parts(write_musicxml(waltz(), tmp_path / "fast.musicxml", seconds_per_quarter=0.5, meter="3/4"))
+    """The tempo matters: the same seconds on a grid of 120 a minute are not the waltz's quarters."""
+    notes, _ = read_parts(write_musicxml(timed(waltz(), beat_grid(meter="3/4")), tmp_path / "fast.musicxml"))
     assert [length for _, _, length in notes["Flute"]][:3] != [1.0, 1.0, 1.0]
 
 
@@ -70,42 +72,89 @@ def test_without_a_key_the_signature_is_the_key_of_the_notes(tmp_path, scale, sh
     assert firsts[0].keySignature.sharps == sharps and firsts[0].timeSignature.ratioString == "4/4"
 
 
-def test_the_source_timing_is_its_first_tempo_and_time_signature(tmp_path):
-    waltz(tmp_path / "waltz.mid", tempo=90.0, meter=(6, 8))
-    seconds_per_quarter, meter = source_timing(tmp_path / "waltz.mid")
-    assert seconds_per_quarter == pytest.approx(60 / 90, rel=1e-4) and meter == "6/8"
-    plain = mido.MidiFile()  # no tempo, no time signature (pretty_midi would write a 4/4)
-    plain.tracks.append(mido.MidiTrack([mido.Message("note_on", note=60, velocity=80, time=0),
-                                        mido.Message("note_off", note=60, velocity=0, time=480)]))  # fmt: skip
-    plain.save(str(tmp_path / "plain.mid"))
-    assert source_timing(tmp_path / "plain.mid") == (pytest.approx(0.5), None)
-    (tmp_path / "not.mid").write_bytes(b"MThd")
-    with pytest.raises(ValueError, match="not.mid: not a readable MIDI file"):
-        source_timing(tmp_path / "not.mid")
+def file_timing(path):
+    """``([(tick, beats a minute)], [(tick, numerator, denominator)], ticks per quarter)`` of a MIDI file, read with
+    mido (not pretty_midi, which the code under test writes with)."""
+    midi = mido.MidiFile(str(path))
+    tempi, meters, now = [], [], 0
+    for message in mido.merge_tracks(midi.tracks):
+        now += message.time
+        if message.type == "set_tempo":
+            tempi.append((now, round(mido.tempo2bpm(message.tempo), 2)))
+        elif message.type == "time_signature":
+            meters.append((now, message.numerator, message.denominator))
+    return tempi, meters, midi.ticks_per_beat
 
 
 def test_keep_timing_gives_a_file_its_sources_tempo_and_meter_and_keeps_its_seconds(tmp_path):
-    from multimodal.music.score import keep_timing
-
     waltz(tmp_path / "source.mid", tempo=90.0, meter=(6, 8))
     written = waltz(tmp_path / "written.mid", tempo=120.0, meter=None)  # as a model's file: 120 a minute
-    before = (tmp_path / "written.mid").read_bytes()
-    assert keep_timing(tmp_path / "written.mid") == (0.5, None) and (tmp_path / "written.mid").read_bytes() == before
-    seconds_per_quarter, meter = keep_timing(tmp_path / "written.mid", tmp_path / "source.mid")
-    assert seconds_per_quarter == pytest.approx(60 / 90, rel=1e-4) and meter == "6/8"
-    meta = [m for track in mido.MidiFile(str(tmp_path / "written.mid")).tracks for m in track if m.is_meta]
-    assert [m.tempo for m in meta if m.type == "set_tempo"] == [pytest.approx(mido.bpm2tempo(90), abs=1)]
-    assert [(m.numerator, m.denominator) for m in meta if m.type == "time_signature"] == [(6, 8)]
+    keep_timing(tmp_path / "written.mid", beat_grid(tmp_path / "source.mid"))
+    tempi, meters, _ = file_timing(tmp_path / "written.mid")
+    assert [bpm for _, bpm in tempi] == [pytest.approx(90, abs=0.01)] and [m[1:] for m in meters] == [(6, 8)]
     again = pretty_midi.PrettyMIDI(str(tmp_path / "written.mid"))
     for old, new in zip(written.instruments, again.instruments, strict=True):
         assert [(n.pitch, n.start, n.end) for n in new.notes] == [
             (n.pitch, pytest.approx(n.start, abs=1e-3), pytest.approx(n.end, abs=1e-3)) for n in old.notes]
-    assert keep_timing(tmp_path / "written.mid", meter="3/4")[1] == "3/4"  # a meter asked for wins
+    keep_timing(tmp_path / "written.mid", beat_grid(tmp_path / "source.mid", meter="3/4"))  # a meter asked for wins
+    assert [m[1:] for m in file_timing(tmp_path / "written.mid")[1]] == [(3, 4)]
+    (tmp_path / "not.mid").write_bytes(b"MThd")
+    with pytest.raises(ValueError, match="not.mid: not a readable MIDI file"):
+        beat_grid(tmp_path / "not.mid")
+
+
+def changing(path, ticks: int = 480) -> None:
+    """Four bars: 4/4 at 60, then 3/4 at 90 from bar 3, then 100 a minute from bar 4, a note on each downbeat."""
+    track = mido.MidiTrack([mido.MetaMessage("time_signature", numerator=4, denominator=4, time=0),
+                            mido.MetaMessage("set_tempo", tempo=mido.bpm2tempo(60), time=0)])  # fmt: skip
+    for bar, length in enumerate([4, 4, 3, 3]):
+        if bar == 2:
+            track += [mido.MetaMessage("time_signature", numerator=3, denominator=4, time=0),
+                      mido.MetaMessage("set_tempo", tempo=mido.bpm2tempo(90), time=0)]  # fmt: skip
+        if bar == 3:
+            track.append(mido.MetaMessage("set_tempo", tempo=mido.bpm2tempo(100), time=0))
+        track += [mido.Message("note_on", note=60 + bar, velocity=80, time=0),
+                  mido.Message("note_off", note=60 + bar, velocity=0, time=length * ticks)]  # fmt: skip
+    midi = mido.MidiFile(ticks_per_beat=ticks)
+    midi.tracks.append(track)
+    midi.save(str(path))
+
+
+def test_every_tempo_and_meter_change_of_the_source_is_kept_or_cut_where_a_continuation_leaves_it(tmp_path):
+    changing(tmp_path / "source.mid")  # bars start at 0, 4, 8 s (60 a minute), then 10 s (3/4 at 90)
+    waltz(tmp_path / "written.mid", tempo=120.0, meter=None)
+    keep_timing(tmp_path / "written.mid", beat_grid(tmp_path / "source.mid"))
+    tempi, meters, ticks = file_timing(tmp_path / "written.mid")
+    assert [(tick / ticks, bpm) for tick, bpm in tempi] == [(0, 60), (8, 90), (11, 100)]  # in quarters
+    assert [(tick / ticks, n, d) for tick, n, d in meters] == [(0, 4, 4), (8, 3, 4)]
+    keep_timing(tmp_path / "written.mid", beat_grid(tmp_path / "source.mid", until=5.0))  # continued after 5 s
+    tempi, meters, ticks = file_timing(tmp_path / "written.mid")
+    assert [bpm for _, bpm in tempi] == [60] and [m[1:] for m in meters] == [(4, 4)]
+
+
+def test_a_pickup_is_a_short_first_bar_and_the_score_draws_it_as_an_upbeat(tmp_path):
+    """A hymn tune in 3/4 at 90 with a one-beat upbeat: G | C' - B | C' - - | D'."""
+    tune = pretty_midi.PrettyMIDI(initial_tempo=90)
+    line = pretty_midi.Instrument(0, name="Tune")
+    for start, length, pitch in [(0, 1, 67), (1, 2, 72), (3, 1, 71), (4, 3, 72), (7, 1, 74)]:
+        line.notes.append(pretty_midi.Note(80, pitch, start * QUARTER, (start + length) * QUARTER))
+    tune.instruments.append(line)
+    tune.time_signature_changes = [pretty_midi.TimeSignature(3, 4, 0.0)]
+    tune.write(str(tmp_path / "tune.mid"))  # as music21 writes an upbeat: nothing marks it
+    keep_timing(tmp_path / "tune.mid", beat_grid(tmp_path / "tune.mid", pickup=1))
+    _, meters, ticks = file_timing(tmp_path / "tune.mid")
+    assert [(tick / ticks, n, d) for tick, n, d in meters] == [(0, 1, 4), (1, 3, 4)]  # as MuseScore writes one
+    assert pickup_quarters(pretty_midi.PrettyMIDI(str(tmp_path / "tune.mid"))) == 1.0
+    path = write_musicxml(pretty_midi.PrettyMIDI(str(tmp_path / "tune.mid")), tmp_path / "tune.musicxml")
+    measures = ElementTree.parse(path).getroot().find("part").findall("measure")
+    assert [(m.get("number"), m.get("implicit")) for m in measures[:3]] == [("0", "yes"), ("1", "no"), ("2", "no")]
+    assert [(m.find("attributes/time/beats").text, m.find("attributes/time/beat-type").text)
+            for m in measures if m.find("attributes/time") is not None] == [("3", "4")]  # fmt: skip
+    assert read_parts(path)[0]["Tune"] == [
+        (67, 0.0, 1.0), (72, 1.0, 2.0), (71, 3.0, 1.0), (72, 4.0, 3.0), (74, 7.0, 1.0)]
 
 
 def test_timed_keeps_drums_bends_and_controllers_at_their_seconds():
-    from multimodal.music.score import timed
-
     midi = pretty_midi.PrettyMIDI()
     drums = pretty_midi.Instrument(0, is_drum=True, name="Drums")
     drums.notes = [pretty_midi.Note(100, 36, 0.25, 0.3)]
@@ -114,7 +163,7 @@ def test_timed_keeps_drums_bends_and_controllers_at_their_seconds():
     lead.pitch_bends = [pretty_midi.PitchBend(2000, 0.5)]
     lead.control_changes = [pretty_midi.ControlChange(64, 127, 0.1)]
     midi.instruments += [drums, lead]
-    copy = timed(midi, 60 / 90, "3/4")
+    copy = timed(midi, beat_grid(waltz(), meter="3/4"))
     assert [(t.name, t.is_drum, t.program) for t in copy.instruments] == [("Drums", True, 0), ("Lead", False, 81)]
     assert [(b.pitch, b.time) for b in copy.instruments[1].pitch_bends] == [(2000, 0.5)]
     assert [(c.number, c.value, c.time) for c in copy.instruments[1].control_changes] == [(64, 127, 0.1)]

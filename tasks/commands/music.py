@@ -32,7 +32,7 @@ from multimodal.music import (
     read_primer,
     score_music,
 )
-from multimodal.music.bars import span_point, span_seconds
+from multimodal.music.bars import beat_grid, span_point, span_seconds
 from multimodal.music.constrained import NEW_IDS_PER_SECOND
 from multimodal.music.harmonize import (
     LOOKAHEAD_IDS,
@@ -84,8 +84,12 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: $MULTIMODAL_SOUNDFONT, else pretty_midi's TimGM6mb.sf2; docs/music.md)")  # fmt: skip
     parser.add_argument("--score", action="store_true",
                         help="also write <name>.musicxml, sheet music with a staff per part, in the primer's or "
-                             "melody's meter and tempo (else --meter, else 4/4 at 120) and key (--key, else the "
-                             "key music21 finds); MuseScore opens it")  # fmt: skip
+                             "melody's meters, tempi and pickup (else --meter, else 4/4 at 120) and key (--key, "
+                             "else the key music21 finds); MuseScore opens it")  # fmt: skip
+    parser.add_argument("--pickup", type=non_negative_float, default=None, metavar="BEATS",
+                        help="the music starts this many beats of its meter before bar 1's downbeat (an upbeat; "
+                             "0: none): the bars of --infill, the MIDI file and --score count from the first full "
+                             "bar (default: the file's own short first bar, as MuseScore writes a pickup)")  # fmt: skip
     parser.add_argument("--instruments", nargs="+", metavar="INSTRUMENT",
                         help="who plays the parts, in the MIDI and the WAV: General MIDI names or programs 0-127, "
                              "one for all parts or one a part in order (e.g. 'Choir Aahs', or Flute Violin Viola "
@@ -168,12 +172,13 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         held_out = run_pieces(data, "val")
         notes, source = held_out.notes[0], f"held-out piece {held_out.names[0]}"
     primer = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args))
+    grid = _beat_grid(args, args.primer, until=args.primer_seconds)
     paths = continue_music(
         model, tokenizer, primer, args.out, _sampling(args, tokenizer), num_samples=args.num_samples,
         max_new_tokens=_continuation_ids(args), seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
-    _keep_timing(paths, args, args.primer)
+    _keep_timing(paths, args, grid)
     what = f"{len(primer)} events" if len(notes) else f"{len(primer)} events: the start and the controls"
     print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({what})")
     for path in paths:
@@ -192,6 +197,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         raise ValueError(f"--lookahead: this model cannot read a melody {args.lookahead!r} (its vocabulary has no "
                          "such ids; fine-tune it with configs/music_given_notes.yaml, docs/music.md)")  # fmt: skip
     melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
+    grid = _beat_grid(args, args.harmonize)
     facts = model_training_data(getattr(args, "model_source", None), data)
     if facts.get("part_ranges") is not None:
         check_melody_range(melody, facts["part_ranges"][melody_part], tokenizer.config.part_name(melody_part),
@@ -202,7 +208,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels, lookahead=args.lookahead, chord_sizes=facts.get("chord_sizes"),
     )  # fmt: skip
-    _keep_timing(paths, args, args.harmonize)
+    _keep_timing(paths, args, grid)
     print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
@@ -217,8 +223,9 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
     asked = " ".join(args.infill)
     parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
     notes = read_primer(args.primer, tokenizer)
+    grid = _beat_grid(args, args.primer)
     try:
-        start, end = span_seconds(*args.infill, path=args.primer)
+        start, end = span_seconds(*args.infill, grid)
     except ValueError as error:
         raise ValueError(f"--infill {asked}: {error}") from None
     if len(notes) == 0 or start >= float(notes[:, 2].max()):
@@ -230,25 +237,38 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         avoid_parallels=args.avoid_parallels,
         chord_sizes=model_training_data(getattr(args, "model_source", None), data).get("chord_sizes"),
     )  # fmt: skip
-    _keep_timing(paths, args, args.primer)
+    _keep_timing(paths, args, grid)
     in_bars = f" ({asked})" if any(span_point(point)[1] for point in args.infill) else ""
     print(f"filled {start:g}-{end:g} s{in_bars} of {args.primer}")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
 
 
-def _keep_timing(paths: list[Path], args: argparse.Namespace, source: Path | None) -> None:
-    """Each written MIDI file in the tempo and meter of the ``source`` file its music came from, or ``--meter``'s
-    (:func:`~multimodal.music.score.keep_timing`); with ``--score``, its MusicXML beside it
-    (:func:`~multimodal.music.score.write_musicxml`: the key of ``--key``, else music21's analysis)."""
+def _beat_grid(args: argparse.Namespace, source: Path | None, until: float | None = None) -> pretty_midi.PrettyMIDI | None:
+    """The beats and bars the written files go on (:func:`~multimodal.music.bars.beat_grid`): the tempo map, time
+    signatures and pickup of the ``source`` file the music came from (its changes up to ``until`` seconds), ``--meter``
+    and ``--pickup`` overriding; None when there is none of them (the files stay at 120 beats a minute in 4/4)."""
     meter = METERS[args.meter] if args.meter is not None and METERS[args.meter] != "other" else None
+    if source is None and meter is None and args.pickup is None:
+        return None
+    try:
+        return beat_grid(source, meter, args.pickup, until)
+    except ValueError as error:  # the source was read before: what is left is the pickup
+        raise ValueError(f"--{error}") from None
+
+
+def _keep_timing(paths: list[Path], args: argparse.Namespace, grid: pretty_midi.PrettyMIDI | None) -> None:
+    """Each written MIDI file on ``grid``'s beats and bars (:func:`_beat_grid`, :func:`~multimodal.music.score.keep_timing`);
+    with ``--score``, its MusicXML beside it (:func:`~multimodal.music.score.write_musicxml`: the key of ``--key``, else
+    music21's analysis)."""
     key = KEYS[args.key] if args.key is not None else None
     for path in paths:
-        seconds_per_quarter, used = keep_timing(path, source, meter)
+        if grid is not None:
+            keep_timing(path, grid)
         if not args.score:
             continue
         try:
-            write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), seconds_per_quarter, used, key)
+            write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), key)
             print(f"wrote {path.with_suffix('.musicxml')} (the score)")
         except ValueError as error:  # nothing written: no score, and the other files stand
             print(f"warning: {error}", file=sys.stderr)
@@ -308,7 +328,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
     """``--primer FOLDER``: every MIDI file in it (corrupt or note-less ones skipped, named) continued once."""
     if args.num_beams > 1 or args.num_samples > 1:
         raise ValueError("--primer FOLDER continues each file once: it takes neither --num-beams nor --num-samples")
-    primers, sources, skipped = {}, {}, []
+    primers, grids, skipped = {}, {}, []
     for path in sorted(p for p in args.primer.rglob("*") if p.suffix.lower() in (".mid", ".midi")):
         try:
             notes = read_primer(path, tokenizer)
@@ -319,7 +339,8 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
             skipped.append(f"{path}: no note starts in its first {args.primer_seconds:g} s")
             continue
         name = path.relative_to(args.primer).with_suffix("").as_posix().replace("/", "_")
-        primers[name], sources[name] = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args)), path
+        primers[name] = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args))
+        grids[name] = _beat_grid(args, path, until=args.primer_seconds)
     for problem in skipped:
         warnings.warn(f"skipping {problem}", stacklevel=2)
     if not primers:
@@ -331,7 +352,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
         overwrite=args.overwrite,
     )  # fmt: skip
     for path, name in zip(paths, primers, strict=True):
-        _keep_timing([path], args, sources[name])
+        _keep_timing([path], args, grids[name])
     print(f"continued the first {args.primer_seconds:g} s of {len(paths)} file(s) of {args.primer}"
           + (f" ({len(skipped)} skipped)" if skipped else ""))  # fmt: skip
     for path in paths:

@@ -25,7 +25,7 @@ from multimodal.music import (
     read_primer,
     tonality,
 )
-from multimodal.music.bars import span_seconds
+from multimodal.music.bars import beat_grid, span_seconds
 from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range
@@ -38,6 +38,7 @@ from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
 SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P, GUIDANCE = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0), (0.0, 5.0)
+PICKUP_BEATS = (0.0, 15.0)  # an upbeat shorter than a bar of 16/x (multimodal.music.bars.beat_grid)
 KEY_EMPHASIS = (0.0, 3.0)  # nats on the tonic chord's pitches (multimodal.music.tonality)
 NOTHING = "(nothing: the controls lead)"  # the piece choice that starts from silence
 KEEP = 32  # request folders kept (Gradio serves its own copies): the server's disk use stays bounded
@@ -71,7 +72,7 @@ class MusicSession:
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
         density: float | None = None, action: str = "continue", guidance_scale: float = 1.0,
         avoid_parallels: bool = False, key_emphasis: float = 0.0, parts: list[str] | None = None,
-        gap_from: str = "", gap_to: str = "", instrument: str = "",
+        gap_from: str = "", gap_to: str = "", instrument: str = "", pickup: float | None = None,
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
@@ -84,7 +85,9 @@ class MusicSession:
         (:meth:`part_names`; None or empty: every part but the melody's, or every part of the gap).
         ``key_emphasis`` leans towards the key's tonic chord (:func:`~multimodal.music.tonality.key_emphasis`).
         ``instrument``: a General MIDI name or program that plays every part, in the MIDI file and the WAV (empty:
-        the model's own; :func:`~multimodal.music.instruments.with_programs`). A ``gradio.Error`` (one line) for
+        the model's own; :func:`~multimodal.music.instruments.with_programs`). ``pickup``: beats of the meter before
+        the upload's bar 1 (None: the upload's own short first bar, if any; :func:`~multimodal.music.bars.beat_grid`),
+        for its bars and the written file's. A ``gradio.Error`` (one line) for
         an upload that is not MIDI, a setting outside its widget's bounds, a gap that cannot be read, an
         instrument General MIDI does not have, or a control the model does not know."""
         import gradio as gr
@@ -96,10 +99,13 @@ class MusicSession:
         seed = int(bounded("seed", seed, *SEEDS, whole=True))
         guidance_scale = bounded("guidance", guidance_scale, *GUIDANCE)
         key_emphasis = bounded("key emphasis", key_emphasis, *KEY_EMPHASIS)
+        pickup = None if pickup is None else bounded("pickup (beats)", pickup, *PICKUP_BEATS)
         try:
             controls = parse_controls(style or None, key or None, meter or None, density or None)
         except ValueError as error:
             raise gr.Error(str(error)) from None
+        if pickup is not None:  # a pickup of a bar or more is refused before any music is written
+            self.beat_grid(upload, meter, pickup)
         if key_emphasis and controls.key is None:
             raise gr.Error("Key emphasis leans towards the chosen key: choose a key too.")
         leaning = tonality.key_emphasis(self.tokenizer, controls.key, key_emphasis) if key_emphasis else {}
@@ -114,7 +120,7 @@ class MusicSession:
             return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts, writer)
         if action == "infill":
             return self._infill(piece, upload, (gap_from, gap_to), controls, sampling, seed, avoid_parallels, parts,
-                                writer)  # fmt: skip
+                                writer, pickup)  # fmt: skip
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), Path(upload).name
@@ -143,21 +149,40 @@ class MusicSession:
 
     def answer(self, *settings: Any, **named: Any) -> tuple[str | None, str | None, str | None, str | None, str]:
         """What the page shows for :meth:`continue_primer`'s settings: its ``(wav, piano roll, midi, message)``, the MIDI
-        file in the upload's tempo and meter (or the meter chosen; :func:`~multimodal.music.score.keep_timing`), and
+        file on the upload's beats, its tempo map, meters and pickup (or the meter and pickup chosen; :meth:`beat_grid`), and
         its MusicXML score before the message (:func:`~multimodal.music.score.write_musicxml`, in the key chosen, else
         the one music21 finds; None when there is no music or no note)."""
         wav, roll, midi, message = self.continue_primer(*settings, **named)
         if midi is None:
             return wav, roll, midi, None, message
         asked = inspect.signature(self.continue_primer).bind(*settings, **named).arguments
-        meter, key = asked.get("meter") or None, asked.get("key") or None
-        timing = keep_timing(midi, asked.get("upload") or None, meter if meter != "other" else None)
+        key, continued = asked.get("key") or None, asked.get("action", "continue") == "continue"
+        grid = self.beat_grid(asked.get("upload"), asked.get("meter"), asked.get("pickup"),
+                              until=asked.get("seconds") if continued else None)  # fmt: skip
+        if grid is not None:
+            keep_timing(midi, grid)
         try:
-            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"), *timing,
-                                   key=KEYS[parse_key(key)] if key else None)  # fmt: skip
+            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"),
+                                   KEYS[parse_key(key)] if key else None)  # fmt: skip
         except ValueError:  # no notes: nothing to put on a staff
             score = None
         return wav, roll, midi, None if score is None else str(score), message
+
+    def beat_grid(self, upload: str | None, meter: str | None, pickup: float | None,
+                  until: float | None = None) -> pretty_midi.PrettyMIDI | None:  # fmt: skip
+        """The beats and bars of the music written from ``upload`` (its tempo map, meters and pickup up to ``until``
+        seconds), the ``meter`` and ``pickup`` chosen overriding (:func:`~multimodal.music.bars.beat_grid`); None
+        when there is none of them. A ``gradio.Error`` for an unreadable upload or a pickup of a bar or more."""
+        import gradio as gr
+
+        meter = meter if meter and meter != "other" else None
+        if not upload and meter is None and pickup is None:
+            return None
+        try:
+            return beat_grid(upload or None, meter, pickup, until)
+        except ValueError as error:
+            reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
+            raise gr.Error(f"Could not read the upload: {reason}" if "MIDI" in reason else reason.capitalize()) from None
 
     def _request_folder(self) -> Path:
         """A new folder for one request's files; the folder of the request ``KEEP`` before it is removed."""
@@ -218,10 +243,10 @@ class MusicSession:
                 f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
 
     def _infill(self, piece: str | None, upload: str | None, gap: tuple[str, str], controls, sampling: SamplingConfig,
-                seed: int, avoid_parallels: bool, parts: list[str] | None, writer: Any,
+                seed: int, avoid_parallels: bool, parts: list[str] | None, writer: Any, pickup: float | None = None,
                 ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
-        """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew;
-        ``writer`` as :meth:`_harmonize`'s."""
+        """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew
+        (bars of the upload after its ``pickup``); ``writer`` as :meth:`_harmonize`'s."""
         import gradio as gr
 
         chosen = self._chosen_parts(parts)
@@ -232,7 +257,7 @@ class MusicSession:
                 notes, source = self.pieces[piece], f"held-out piece {piece}"
             else:
                 return None, None, None, "Choose a held-out piece or upload a MIDI file to fill a gap in."
-            start, end = span_seconds(*gap, path=upload or None)
+            start, end = span_seconds(*gap, beat_grid(upload, pickup=pickup) if upload else None)
             if not len(notes) or start >= float(notes[:, 2].max()):
                 raise ValueError(f"{source} ends before the gap starts")
             (path,) = infill_to_files(self.task.model, writer, notes, start, end, self._request_folder(),
@@ -271,6 +296,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
+                pickup = gr.Number(None, minimum=PICKUP_BEATS[0], maximum=PICKUP_BEATS[1],
+                                   label="pickup: beats before the upload's bar 1 (empty: its own, if it writes one)")
                 instrument = gr.Dropdown(["", *pretty_midi.INSTRUMENT_MAP], value="", visible=session.can_orchestrate(),
                                          label="instrument of every part (empty: the model's, the piano)")  # fmt: skip
                 action = gr.Radio([(ACTIONS[name], name) for name in actions], value="continue",
@@ -301,6 +328,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 score = gr.File(label="score (MusicXML: MuseScore, Finale, Sibelius, Dorico)")
         button.click(session.answer, [piece, upload, seconds, length, temperature, top_p, seed, style,
                                       key, meter, density, action, guidance, avoid_parallels, emphasis,
-                                      parts, gap_from, gap_to, instrument],
+                                      parts, gap_from, gap_to, instrument, pickup],
                      [audio, roll, midi, score, message], api_name="continue")  # fmt: skip
     return page
