@@ -63,3 +63,32 @@ def test_more_programs_than_parts_and_the_performance_vocabulary_are_refused():
         with_programs(tokenizer, [0, 1, 2])
     with pytest.raises(ValueError, match="piano"):
         with_programs(MidiTokenizer(), [52])
+
+
+def test_the_parts_carry_the_names_given_in_order_and_the_ids_stay_the_same():
+    from multimodal.music.instruments import with_part_names
+
+    tokenizer = MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=4, part_programs=(0, 0, 0, 33)))
+    notes = four_part_notes()
+    named = with_part_names(tokenizer, ["Soprano", " Alto ", "Tenor"])  # three of four: the last keeps its own
+    assert programs_of(named, notes) == {"Soprano": 0, "Alto": 0, "Tenor": 0, "Part 4": 33}
+    assert list(named.encode_notes(notes)) == list(tokenizer.encode_notes(notes))
+    both = with_part_names(with_programs(tokenizer, ["Flute", "Violin", "Viola", "Cello"]), ["Fl", "Vn", "Va", "Vc"])
+    assert programs_of(both, notes) == {"Fl": 73, "Vn": 40, "Va": 41, "Vc": 42}
+    assert programs_of(tokenizer, notes)["Part 1"] == 0  # the original is untouched
+
+
+@pytest.mark.parametrize("tokenizer, names, says", [
+    (MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=2)), ["A", "B", "C"], "at most one a part, 2 .* not 3"),
+    (MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=2)), [], "not 0"),
+    (MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=3)), ["Alto", "alto"], "a name of its own"),
+    (MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=3)), ["Part 2"], "a name of its own"),  # as part 2's
+    (MidiDurationTokenizer(MidiDurationTokenizerConfig(num_parts=2)), ["  "], "a name of its own"),
+    (MidiDurationTokenizer(MidiDurationTokenizerConfig()), ["Melody"], "writes one part"),
+    (MidiTokenizer(), ["Melody"], "writes one part"),
+])  # fmt: skip
+def test_names_that_do_not_name_each_part_once_are_refused(tokenizer, names, says):
+    from multimodal.music.instruments import with_part_names
+
+    with pytest.raises(ValueError, match=says):
+        with_part_names(tokenizer, names)

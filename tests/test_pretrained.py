@@ -116,6 +116,29 @@ def test_the_shipped_models_parts_are_sung_by_the_instruments_asked(tmp_path):
     assert (tmp_path / "choir/sample_0.wav").is_file()
 
 
+def test_the_parts_are_called_what_the_musician_calls_them(tmp_path, capsys, monkeypatch):
+    """--part-names: the MIDI tracks and the score's staves carry the names, and --parts / --melody-part take them."""
+    import pretty_midi
+    from test_score import read_parts, waltz
+
+    melody = waltz()
+    melody.instruments = melody.instruments[:1]
+    melody.write(str(tmp_path / "waltz.mid"))
+    main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "waltz.mid"),
+          "--part-names", "Soprano", "Alto", "Tenor", "Bass", "--parts", "alto", "Bass", "--no-audio", "--seed", "0",
+          "--score"])  # fmt: skip
+    tracks = {track.name for track in pretty_midi.PrettyMIDI(str(tmp_path / "out" / "sample_0.mid")).instruments}
+    assert tracks == {"Soprano", "Alto", "Bass"}  # the two parts asked, by their new names, under the melody
+    assert set(read_parts(tmp_path / "out" / "sample_0.musicxml")[0]) == tracks
+    assert "(7 notes in Soprano)" in capsys.readouterr().out
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        main(["generate", "--model", "music", "--out", str(tmp_path / "bad"), "--harmonize", str(tmp_path / "waltz.mid"),
+              "--part-names", "S", "A", "T", "B", "Organ", "Drums"])  # fmt: skip
+    assert stopped.value.code == 2 and not (tmp_path / "bad").exists()
+    assert capsys.readouterr().err.startswith("error: --part-names: give at most one a part, 5 (this model's parts), not 6")
+
+
 def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_path, capsys, monkeypatch):
     """The harmonized MIDI file keeps the tune's tempo (90 a minute) and meter (3/4); --score: the melody stands in
     the MusicXML note for note, in those beats and bars; a score already there is not replaced without --overwrite."""

@@ -1,9 +1,12 @@
-"""Which instrument plays each part: General MIDI programs by name or number, set on a vocabulary's parts.
+"""Who plays each part and what it is called: General MIDI programs by name or number, and names, set on a
+vocabulary's parts.
 
 A model's MIDI files name each part's instrument with its General MIDI program (the tokenizer's
 ``part_programs``; the piano, 0, by default), and every WAV the toolkit writes plays those programs through a
 SoundFont (:mod:`multimodal.audio.synthesis`). :func:`with_programs` gives a tokenizer whose decoded music
 plays other instruments: a chorale sung by a choir (``"Choir Aahs"``), played by strings or on an organ.
+:func:`with_part_names` gives one whose tracks, staves and piano-roll legends carry the names a musician uses
+(``Soprano Alto Tenor Bass`` instead of ``Part 1`` ... ``Part 4``).
 """
 
 from __future__ import annotations
@@ -61,3 +64,25 @@ def with_programs(tokenizer: MidiDurationTokenizer, programs: Sequence[int | str
         chosen = chosen * config.num_parts
     own = [config.part_program(part) for part in range(config.num_parts)]
     return type(tokenizer)(replace(config, part_programs=tuple(chosen + own[len(chosen) :])))
+
+
+def with_part_names(tokenizer: MidiDurationTokenizer, names: Sequence[str]) -> MidiDurationTokenizer:
+    """A copy of ``tokenizer`` whose parts are called ``names``, in order (the first part first; parts past the last
+    keep their own): the track names of the MIDI files it writes, so the staves of their scores and the legends of
+    their piano rolls, and the names ``--parts`` and ``--melody-part`` take. The ids are ``tokenizer``'s.
+
+    Raises:
+        ValueError: No names, more names than parts, an empty name or one given twice, or a vocabulary without
+            parts.
+    """
+    config = getattr(tokenizer, "config", None)
+    if not isinstance(tokenizer, MidiDurationTokenizer) or config.num_parts < 2:
+        raise ValueError("part names: this model writes one part; names are for a model with parts")
+    chosen = [" ".join(str(name).split()) for name in names]
+    if not chosen or len(chosen) > config.num_parts:
+        raise ValueError(f"part names: give at most one a part, {config.num_parts} (this model's parts), not "
+                         f"{len(chosen)}")  # fmt: skip
+    named = chosen + [config.part_name(part) for part in range(len(chosen), config.num_parts)]
+    if not all(named) or len({name.lower() for name in named}) < len(named):
+        raise ValueError(f"part names: each part needs a name of its own, not {', '.join(map(repr, named))}")
+    return type(tokenizer)(replace(config, part_names=tuple(named)))

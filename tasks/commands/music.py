@@ -41,7 +41,7 @@ from multimodal.music.harmonize import (
     harmonize_to_files,
     infill_to_files,
 )
-from multimodal.music.instruments import with_programs
+from multimodal.music.instruments import with_part_names, with_programs
 from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
 from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.music.tonality import key_emphasis
@@ -97,6 +97,9 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     harmony = parser.add_argument_group("harmonize (models trained with parts, data.num_parts > 1; docs/music.md)")
     harmony.add_argument("--harmonize", type=Path, metavar="MELODY.mid",
                          help="write the other parts around this one-line melody (its notes kept exactly)")
+    harmony.add_argument("--part-names", nargs="+", metavar="NAME",
+                         help="call the parts this, in order (e.g. Soprano Alto Tenor Bass): the MIDI tracks, the "
+                              "score's staves, the piano roll's legend, and names --parts and --melody-part take")  # fmt: skip
     harmony.add_argument("--melody-part", default="1", help="the melody's part: a number from 1 or a part's name")
     harmony.add_argument("--parts", nargs="+", default=None,
                          help="the parts to write (numbers from 1 or names; default: all the others, or all for "
@@ -139,6 +142,11 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
             tokenizer = with_programs(tokenizer, args.instruments)
         except ValueError as error:
             raise ValueError(f"--instruments: {str(error).removeprefix('instruments: ')}") from None
+    if args.part_names:
+        try:
+            tokenizer = with_part_names(tokenizer, args.part_names)
+        except ValueError as error:
+            raise ValueError(f"--part-names: {str(error).removeprefix('part names: ')}") from None
     asked = [f"--{name}" for name in CONTROL_NAMES if getattr(args, name, None) is not None]
     asked += ["--guidance-scale"] if args.guidance_scale != 1.0 else []
     if asked and not getattr(tokenizer.config, "controls", False):
