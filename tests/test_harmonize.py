@@ -450,3 +450,35 @@ def test_the_parallels_rule_leaves_no_parallel_fifth_or_octave_that_music21s_rul
     if tokenizer is TOKENIZER:  # the random model does write them (its anticipating twin, by chance, not in 4 seeds)
         assert free > 0
     assert ruled == 0
+
+
+def satb_file(path) -> np.ndarray:
+    """A hymn's four voices in four named tracks (and an empty one), written with pretty_midi; returns the
+    soprano's notes ``(4, 4)``."""
+    import pretty_midi
+
+    midi = pretty_midi.PrettyMIDI()
+    midi.instruments.append(pretty_midi.Instrument(0, name="Title"))  # no notes: not a track to choose
+    for name, pitches in [("Soprano", [72, 71, 72, 74]), ("Alto", [67, 67, 67, 65]), ("Tenor", [64, 62, 64, 62]),
+                          ("Bass", [48, 55, 48, 47])]:  # fmt: skip
+        voice = pretty_midi.Instrument(52, name=name)
+        voice.notes = [pretty_midi.Note(80, pitch, 0.5 * i, 0.5 * i + 0.5) for i, pitch in enumerate(pitches)]
+        midi.instruments.append(voice)
+    midi.write(str(path))
+    return np.array([[pitch, 0.5 * i, 0.5 * i + 0.5, 80] for i, pitch in enumerate([72, 71, 72, 74])])
+
+
+def test_the_melody_of_a_hymn_is_one_of_its_tracks_by_number_or_name(tmp_path):
+    from multimodal.music.harmonize import read_melody
+
+    soprano = satb_file(tmp_path / "hymn.mid")
+    for track in ("Soprano", " soprano ", "1"):
+        np.testing.assert_allclose(read_melody(tmp_path / "hymn.mid", track), soprano, atol=2e-3)
+    assert read_melody(tmp_path / "hymn.mid", "Bass")[:, 0].tolist() == [48, 55, 48, 47]
+    tracks = "1 Soprano, 2 Alto, 3 Tenor, 4 Bass"
+    with pytest.raises(ValueError, match=f"hymn.mid: several notes sound together at 0.00 s; give one line .*, or "
+                                         f"choose one of its 4 tracks: {tracks}$"):  # fmt: skip
+        read_melody(tmp_path / "hymn.mid")
+    for track in ("Descant", "5", "0"):
+        with pytest.raises(ValueError, match=f"hymn.mid: no track '{track}' with notes; its tracks: {tracks}$"):
+            read_melody(tmp_path / "hymn.mid", track)

@@ -139,6 +139,39 @@ def test_the_parts_are_called_what_the_musician_calls_them(tmp_path, capsys, mon
     assert capsys.readouterr().err.startswith("error: --part-names: give at most one a part, 5 (this model's parts), not 6")
 
 
+def test_a_hymns_soprano_is_harmonized_anew_from_its_track(tmp_path, capsys, monkeypatch):
+    """--melody-track Soprano (and the page's melody track): the other voices of the file are left out and the model
+    writes its own under the soprano, kept note for note; a file of four voices without it is one line naming them."""
+    import gradio as gr
+    import pretty_midi
+    from test_harmonize import satb_file
+
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+    from tasks.serve.music import MusicSession
+
+    soprano = satb_file(tmp_path / "hymn.mid")
+    main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "hymn.mid"),
+          "--melody-track", "Soprano", "--parts", "2", "3", "4", "--no-audio", "--seed", "0"])  # fmt: skip
+    tracks = pretty_midi.PrettyMIDI(str(tmp_path / "out" / "sample_0.mid")).instruments
+    written = [(n.pitch, round(n.start, 2), round(n.end, 2)) for n in tracks[0].notes]
+    assert tracks[0].name == "Part 1" and written == [(int(p), s, e) for p, s, e, _ in soprano.tolist()]
+    session = MusicSession(*load_task(resolve_model("music")), resolve_model("music"))
+    *_, page_midi, _, message = session.answer(None, str(tmp_path / "hymn.mid"), 3.0, 32, 1.0, 0.95, 0,
+                                               action="harmonize", melody_track="soprano")  # fmt: skip
+    assert "4 notes kept as the Part 1" in message
+    assert [n.pitch for n in pretty_midi.PrettyMIDI(page_midi).instruments[0].notes] == soprano[:, 0].tolist()
+    with pytest.raises(gr.Error, match="or choose as the melody track one of its 4 tracks: 1 Soprano, 2 Alto"):
+        session.answer(None, str(tmp_path / "hymn.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize")
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        main(["generate", "--model", "music", "--out", str(tmp_path / "bad"), "--harmonize", str(tmp_path / "hymn.mid"),
+              "--no-audio"])  # fmt: skip
+    said = capsys.readouterr().err
+    assert stopped.value.code == 2 and said.startswith("error: ") and said.count("\n") == 1
+    assert "or choose with --melody-track one of its 4 tracks: 1 Soprano, 2 Alto, 3 Tenor, 4 Bass" in said
+
+
 def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_path, capsys, monkeypatch):
     """The harmonized MIDI file keeps the tune's tempo (90 a minute) and meter (3/4); --score: the melody stands in
     the MusicXML note for note, in those beats and bars; a score already there is not replaced without --overwrite."""

@@ -37,6 +37,7 @@ from multimodal.generation.config import SamplingConfig
 from multimodal.music.constrained import NoteEnds, constrained_decode
 from multimodal.music.continuation import part_names, prepare_outputs, write_audio
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
+from multimodal.tokenizers.midi_files import read_midi_notes, track_names
 from multimodal.tokenizers.music_controls import Controls
 from multimodal.viz import piano_roll_png
 
@@ -70,6 +71,35 @@ def check_melody(notes: np.ndarray, source: str = "the melody") -> np.ndarray:
         raise ValueError(f"{source}: several notes sound together at {at:.2f} s; give one line (a single part)")
     notes[:-1, 2] = np.minimum(notes[:-1, 2], notes[1:, 1])  # legato overlaps cut
     return notes
+
+
+def read_melody(path: str | Path, track: str | None = None, source: str | None = None) -> np.ndarray:
+    """The melody in a MIDI file as one line ``(n, 4)`` (:func:`check_melody`): all its notes, or those of one
+    ``track`` — a number from 1 among the tracks that hold notes, or a track's name in any case (a hymn's
+    ``"Soprano"``, to harmonize anew).
+
+    Raises:
+        ValueError: Naming ``source`` (default: the path): an unreadable file, a track it does not have, or notes
+            that are not one line; the last two list the file's tracks to choose from.
+    """
+    source = source or str(path)
+    notes = read_midi_notes(path, parts=True)
+    names = track_names(path)
+    listing = ", ".join(f"{number} {name}".strip() for number, name in enumerate(names, start=1))
+    if track is not None:
+        wanted = str(track).strip()
+        found = [index for index, name in enumerate(names) if name.lower() == wanted.lower()]
+        if wanted.isdigit() and 1 <= int(wanted) <= len(names):
+            found = [int(wanted) - 1]
+        if not found:
+            raise ValueError(f"{source}: no track {wanted!r} with notes; its tracks: {listing or 'none'}")
+        notes = notes[notes[:, 4] == found[0]]
+    try:
+        return check_melody(notes, source)
+    except ValueError as error:
+        if track is None and len(names) > 1:
+            raise ValueError(f"{error}, or choose one of its {len(names)} tracks: {listing}") from None
+        raise
 
 
 def harmonize(

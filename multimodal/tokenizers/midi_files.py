@@ -98,6 +98,15 @@ def read_midi_notes(path: str | Path, include_drums: bool = False, parts: bool =
         raise UnusableMidi(error.reason, path) from None
 
 
+def track_names(path: str | Path, include_drums: bool = False) -> list[str]:
+    """The names of a MIDI file's tracks that hold notes (``""`` for an unnamed one), in the order of the part
+    column of :func:`read_midi_notes` with ``parts=True`` (read it first: this assumes a readable file)."""
+    import symusic
+
+    score = symusic.Score.from_midi(Path(path).read_bytes())
+    return [track.name.strip() for track in score.tracks if len(track.notes) and (include_drums or not track.is_drum)]
+
+
 def open_pretty_midi(path: str | Path) -> pretty_midi.PrettyMIDI:
     """A MIDI file as pretty_midi reads it, with its tempo map and time signatures (what the bars and the score of
     a file follow).

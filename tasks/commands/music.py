@@ -37,16 +37,15 @@ from multimodal.music.constrained import NEW_IDS_PER_SECOND
 from multimodal.music.harmonize import (
     LOOKAHEAD_IDS,
     can_look_ahead,
-    check_melody,
     harmonize_to_files,
     infill_to_files,
+    read_melody,
 )
 from multimodal.music.instruments import with_part_names, with_programs
 from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
 from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
-from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import (
     CONTROL_NAMES,
     KEYS,
@@ -101,6 +100,9 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                          help="call the parts this, in order (e.g. Soprano Alto Tenor Bass): the MIDI tracks, the "
                               "score's staves, the piano roll's legend, and names --parts and --melody-part take")  # fmt: skip
     harmony.add_argument("--melody-part", default="1", help="the melody's part: a number from 1 or a part's name")
+    harmony.add_argument("--melody-track", metavar="TRACK",
+                         help="--harmonize: take the melody from this track of the file (a number from 1 among "
+                              "the tracks with notes, or its name, e.g. Soprano; default: all its notes)")  # fmt: skip
     harmony.add_argument("--parts", nargs="+", default=None,
                          help="the parts to write (numbers from 1 or names; default: all the others, or all for "
                               "--infill)")  # fmt: skip
@@ -204,7 +206,10 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
     if args.lookahead is not None and not can_look_ahead(tokenizer, args.lookahead):
         raise ValueError(f"--lookahead: this model cannot read a melody {args.lookahead!r} (its vocabulary has no "
                          "such ids; fine-tune it with configs/music_given_notes.yaml, docs/music.md)")  # fmt: skip
-    melody = check_melody(read_midi_notes(args.harmonize), str(args.harmonize))
+    try:
+        melody = read_melody(args.harmonize, args.melody_track)
+    except ValueError as error:  # the option that picks a track named
+        raise ValueError(str(error).replace("choose one of its", "choose with --melody-track one of its")) from None
     grid = _beat_grid(args, args.harmonize)
     facts = model_training_data(getattr(args, "model_source", None), data)
     if facts.get("part_ranges") is not None:

@@ -16,12 +16,12 @@ import pretty_midi
 
 from multimodal.generation import SamplingConfig
 from multimodal.music import (
-    check_melody,
     continue_music,
     harmonize_to_files,
     infill_to_files,
     parse_controls,
     primer_ids,
+    read_melody,
     read_primer,
     tonality,
 )
@@ -31,7 +31,6 @@ from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range
 from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
-from multimodal.tokenizers.midi_files import read_midi_notes
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES, parse_key
 from tasks.commands.music import model_training_data, pieces_at_hand, run_pieces
 from tasks.serve.checks import SEEDS, bounded
@@ -73,6 +72,7 @@ class MusicSession:
         density: float | None = None, action: str = "continue", guidance_scale: float = 1.0,
         avoid_parallels: bool = False, key_emphasis: float = 0.0, parts: list[str] | None = None,
         gap_from: str = "", gap_to: str = "", instrument: str = "", pickup: float | None = None,
+        melody_track: str = "",
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
@@ -87,7 +87,9 @@ class MusicSession:
         ``instrument``: a General MIDI name or program that plays every part, in the MIDI file and the WAV (empty:
         the model's own; :func:`~multimodal.music.instruments.with_programs`). ``pickup``: beats of the meter before
         the upload's bar 1 (None: the upload's own short first bar, if any; :func:`~multimodal.music.bars.beat_grid`),
-        for its bars and the written file's. A ``gradio.Error`` (one line) for
+        for its bars and the written file's. ``melody_track``: the upload's track that holds the melody to harmonize
+        (a number from 1 or a name; empty: all its notes; :func:`~multimodal.music.harmonize.read_melody`). A
+        ``gradio.Error`` (one line) for
         an upload that is not MIDI, a setting outside its widget's bounds, a gap that cannot be read, an
         instrument General MIDI does not have, or a control the model does not know."""
         import gradio as gr
@@ -117,7 +119,7 @@ class MusicSession:
         except ValueError as error:
             raise gr.Error(f"Instrument: {str(error).removeprefix('instruments: ')}") from None
         if action == "harmonize":
-            return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts, writer)
+            return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts, writer, melody_track)
         if action == "infill":
             return self._infill(piece, upload, (gap_from, gap_to), controls, sampling, seed, avoid_parallels, parts,
                                 writer, pickup)  # fmt: skip
@@ -214,10 +216,11 @@ class MusicSession:
         return [names.index(name) for name in parts] if parts else None
 
     def _harmonize(self, upload: str | None, controls, sampling: SamplingConfig, seed: int,
-                   avoid_parallels: bool, parts: list[str] | None, writer: Any,
+                   avoid_parallels: bool, parts: list[str] | None, writer: Any, melody_track: str = "",
                    ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
-        """The uploaded melody (its notes kept exactly) with the other parts, or the named ``parts``, written;
-        ``writer``: the tokenizer that writes the files (the model's, or a copy with the instrument asked)."""
+        """The uploaded melody (its notes kept exactly, all of them or those of ``melody_track``) with the other
+        parts, or the named ``parts``, written; ``writer``: the tokenizer that writes the files (the model's, or a
+        copy with the instrument asked)."""
         import gradio as gr
 
         if not upload:
@@ -226,7 +229,7 @@ class MusicSession:
         if chosen and 0 in chosen:
             raise gr.Error(f"{names[0]} holds the melody: choose the parts to write among {', '.join(names[1:])}.")
         try:
-            melody = check_melody(read_midi_notes(upload), Path(upload).name)
+            melody = read_melody(upload, (melody_track or "").strip() or None, Path(upload).name)
             if self.facts.get("part_ranges") is not None:
                 check_melody_range(melody, self.facts["part_ranges"][0], self.tokenizer.config.part_name(0),
                                    Path(upload).name)  # fmt: skip
@@ -236,7 +239,9 @@ class MusicSession:
                                          seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
-            raise gr.Error(" ".join(str(error).replace(str(upload), Path(upload).name).split())) from None
+            reason = str(error).replace(str(upload), Path(upload).name).replace("or choose one", "or choose as the "
+                                                                                 "melody track one")  # fmt: skip
+            raise gr.Error(" ".join(reason.split())) from None
         part = self.tokenizer.config.part_name(0)
         written = ", ".join(names[index] for index in chosen) if chosen else "the other parts"
         return (str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path),
@@ -305,6 +310,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 with gr.Row(visible="infill" in actions):
                     gap_from = gr.Textbox("", label="gap from (seconds: 10 or 10s; or bar9 of an upload)")
                     gap_to = gr.Textbox("", label="gap to (bar13: up to where bar 13 starts)")
+                melody_track = gr.Textbox("", visible=has_parts, label="melody track of the upload, to harmonize "
+                                          "(a number from 1 or a name, e.g. Soprano; empty: all its notes)")  # fmt: skip
                 avoid_parallels = gr.Checkbox(False, label="no parallel fifths or octaves (harmonizing, filling)",
                                               visible=has_parts)  # fmt: skip
                 parts = gr.CheckboxGroup(session.part_names(), visible=has_parts,
@@ -328,6 +335,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 score = gr.File(label="score (MusicXML: MuseScore, Finale, Sibelius, Dorico)")
         button.click(session.answer, [piece, upload, seconds, length, temperature, top_p, seed, style,
                                       key, meter, density, action, guidance, avoid_parallels, emphasis,
-                                      parts, gap_from, gap_to, instrument, pickup],
+                                      parts, gap_from, gap_to, instrument, pickup, melody_track],
                      [audio, roll, midi, score, message], api_name="continue")  # fmt: skip
     return page
