@@ -223,10 +223,11 @@ def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_
 
 def test_a_hymn_with_an_upbeat_is_barred_from_its_first_full_bar(tmp_path, capsys, monkeypatch):
     """--pickup 1: the score starts with a one-beat upbeat (bar 0) and the melody's downbeat notes open bars 1, 2,
-    ...; the MIDI file writes the upbeat as MuseScore does; --infill's bars count from the first full bar; a pickup
-    of a whole bar is one line."""
+    ...; the MIDI file writes the upbeat as MuseScore does (and --key's signature); --infill's bars count from the
+    first full bar; a pickup of a whole bar is one line."""
     from xml.etree import ElementTree
 
+    import mido
     import pretty_midi
     from test_score import QUARTER, file_timing, read_parts
 
@@ -239,8 +240,11 @@ def test_a_hymn_with_an_upbeat_is_barred_from_its_first_full_bar(tmp_path, capsy
     hymn.time_signature_changes = [pretty_midi.TimeSignature(3, 4, 0.0)]
     hymn.write(str(tmp_path / "hymn.mid"))
     main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "hymn.mid"),
-          "--parts", "2", "3", "4", "--no-audio", "--seed", "0", "--score", "--pickup", "1"])  # fmt: skip
+          "--parts", "2", "3", "4", "--no-audio", "--seed", "0", "--score", "--pickup", "1", "--key", "G major"])  # fmt: skip
     _, meters, ticks = file_timing(tmp_path / "out" / "sample_0.mid")
+    keys = [m.key for m in mido.merge_tracks(mido.MidiFile(str(tmp_path / "out" / "sample_0.mid")).tracks)
+            if m.type == "key_signature"]  # fmt: skip
+    assert keys == ["G"] and read_parts(tmp_path / "out" / "sample_0.musicxml")[1][0].keySignature.sharps == 1
     assert [(tick / ticks, n, d) for tick, n, d in meters] == [(0, 1, 4), (1, 3, 4)]
     score = ElementTree.parse(tmp_path / "out" / "sample_0.musicxml").getroot()
     measures = score.find("part").findall("measure")

@@ -72,6 +72,49 @@ def test_without_a_key_the_signature_is_the_key_of_the_notes(tmp_path, scale, sh
     assert firsts[0].keySignature.sharps == sharps and firsts[0].timeSignature.ratioString == "4/4"
 
 
+def scale_with_signature(key_name: str | None) -> pretty_midi.PrettyMIDI:
+    """A C major scale up and down, with the key signature of ``key_name`` written at its start (None: none)."""
+    midi = pretty_midi.PrettyMIDI()
+    line = pretty_midi.Instrument(0, name="Line")
+    pitches = [60, 62, 64, 65, 67, 69, 71, 72, 67, 64, 60]
+    line.notes = [pretty_midi.Note(80, pitch, 0.5 * i, 0.5 * i + 0.5) for i, pitch in enumerate(pitches)]
+    midi.instruments.append(line)
+    if key_name is not None:
+        midi.key_signature_changes = [pretty_midi.KeySignature(pretty_midi.key_name_to_key_number(key_name), 0.0)]
+    return midi
+
+
+@pytest.mark.parametrize("written, asked, sharps", [
+    ("C minor", None, -3),  # the file's own signature of flats is the composer's: kept, though the notes say C major
+    ("A major", None, 3),
+    ("D major", "G major", 1),  # a key asked wins
+    (None, None, 0),  # none written: the notes' key
+])  # fmt: skip
+def test_the_key_signature_is_the_one_asked_else_the_files_own_else_the_notes(tmp_path, written, asked, sharps):
+    _, firsts = read_parts(write_musicxml(scale_with_signature(written), tmp_path / "scale.musicxml", asked))
+    assert firsts[0].keySignature.sharps == sharps
+
+
+def test_a_default_key_signature_of_no_sharps_gives_way_to_the_notes_key(tmp_path):
+    """Many programs write C major when nobody chose a key: a D major scale under it is scored with two sharps."""
+    midi = scale_with_signature("C major")
+    for note in midi.instruments[0].notes:
+        note.pitch += 2
+    _, firsts = read_parts(write_musicxml(midi, tmp_path / "d.musicxml"))
+    assert firsts[0].keySignature.sharps == 2
+
+
+def test_the_grid_keeps_the_sources_key_signatures_or_the_key_asked():
+    source = scale_with_signature("Eb major")
+    source.key_signature_changes.append(pretty_midi.KeySignature(pretty_midi.key_name_to_key_number("Bb major"), 4.0))
+    names = [pretty_midi.key_number_to_key_name(k.key_number) for k in beat_grid(source).key_signature_changes]
+    assert names == ["Eb Major", "Bb Major"]
+    assert len(beat_grid(source, until=2.0).key_signature_changes) == 1  # a continuation of its first 2 s
+    assert [k.key_number for k in beat_grid(source, key="G minor").key_signature_changes] == [
+        pretty_midi.key_name_to_key_number("G minor")]
+    assert source.instruments and len(source.key_signature_changes) == 2  # the source is untouched
+
+
 def file_timing(path):
     """``([(tick, beats a minute)], [(tick, numerator, denominator)], ticks per quarter)`` of a MIDI file, read with
     mido (not pretty_midi, which the code under test writes with)."""

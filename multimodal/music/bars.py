@@ -46,25 +46,31 @@ def pickup_quarters(grid: pretty_midi.PrettyMIDI) -> float:
 
 
 def beat_grid(source: str | Path | pretty_midi.PrettyMIDI | None = None, meter: str | None = None,
-              pickup: float | None = None, until: float | None = None) -> pretty_midi.PrettyMIDI:  # fmt: skip
-    """The beats and bars to write music on: a ``PrettyMIDI`` without notes holding a tempo map and time signatures.
+              pickup: float | None = None, until: float | None = None, key: str | None = None,
+              ) -> pretty_midi.PrettyMIDI:  # fmt: skip
+    """The beats and bars to write music on: a ``PrettyMIDI`` without notes holding a tempo map, time signatures
+    and key signatures.
 
     Args:
-        source: The MIDI file (or ``PrettyMIDI``) the music came from: its tempo changes and time signatures
-            (None: 120 beats a minute, no time signature, which readers take as 4/4).
+        source: The MIDI file (or ``PrettyMIDI``) the music came from: its tempo changes, time signatures and key
+            signatures (None: 120 beats a minute, no time or key signature, which readers take as 4/4 in C).
         meter: A time signature (``"3/4"``) for every full bar instead of the source's.
         pickup: How many beats of the meter (its lower number's notes: eighths in 6/8) come before bar 1's
             downbeat, written as a short first bar (None: the source's own pickup, :func:`pickup_quarters`;
             0: none).
-        until: Seconds after which the source's tempo and time signature changes are left out, the last before
-            them going on (music continued from the source's first seconds is not the rest of the source).
+        until: Seconds after which the source's tempo, time and key signature changes are left out, the last
+            before them going on (music continued from the source's first seconds is not the rest of the source).
+        key: A key (``"G minor"``) for the key signature instead of the source's.
 
     Raises:
         ValueError: A source that is not MIDI, or a pickup of a bar or more (the message says which).
     """
     grid = open_pretty_midi(source) if isinstance(source, (str, Path)) else copy.copy(source or pretty_midi.PrettyMIDI())
-    grid.instruments, grid.lyrics, grid.text_events, grid.key_signature_changes = [], [], [], []  # a shallow copy:
-    grid.time_signature_changes, grid._tick_scales = list(grid.time_signature_changes), list(grid._tick_scales)  # own lists
+    grid.instruments, grid.lyrics, grid.text_events = [], [], []  # a shallow copy: its own lists
+    grid.time_signature_changes, grid._tick_scales = list(grid.time_signature_changes), list(grid._tick_scales)
+    grid.key_signature_changes = [change for change in grid.key_signature_changes if until is None or change.time <= until]
+    if key is not None:
+        grid.key_signature_changes = [pretty_midi.KeySignature(pretty_midi.key_name_to_key_number(key), 0.0)]
     if until is not None:  # pretty_midi keeps its tempo map in _tick_scales and has no public way to cut it
         last = grid.time_to_tick(until)
         grid._tick_scales = [scale for scale in grid._tick_scales if scale[0] <= last]

@@ -6,9 +6,9 @@ score need beats. :func:`keep_timing` rewrites a file on the tempo map, time sig
 or primer it came from (:func:`~multimodal.music.bars.beat_grid`), the notes keeping their seconds.
 :func:`write_musicxml` reads the seconds in the file's own beats (a melody at 90 beats a minute has its quarter
 notes every 0.667 s), quantises them to sixteenths and eighth-note triplets (music21's ``quantizePost``), bars
-them in the file's meters, draws a short first bar as an upbeat and writes the key signature of the given key, or
-of the key music21 finds in the notes (the Krumhansl-Schmuckler profiles). MuseScore, Finale, Sibelius and
-Dorico open the file.
+them in the file's meters, draws a short first bar as an upbeat and writes the key signature of the given key, the
+one the file writes (of sharps or flats), or that of the key music21 finds in the notes (the Krumhansl-Schmuckler
+profiles). MuseScore, Finale, Sibelius and Dorico open the file.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | No
     Args:
         midi: The music, e.g. a written sample read back (``pretty_midi.PrettyMIDI("sample_0.mid")``).
         path: The ``.musicxml`` file to write (folders are created).
-        key: A key as the controls write it (``"G minor"``, ``"Bb major"``; None: music21's analysis of the notes).
+        key: A key as the controls write it (``"G minor"``, ``"Bb major"``; None: the key signature ``midi`` writes
+            at its start, else — none, or none of sharps or flats, which many programs write by default — music21's
+            analysis of the notes).
 
     Returns:
         The path written.
@@ -79,17 +81,27 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | No
         staves.write(str(Path(folder) / "timed.mid"))
         score = converter.parse(str(Path(folder) / "timed.mid"), quantizePost=True,
                                 quarterLengthDivisors=QUARTER_DIVISORS)  # fmt: skip
-    found = music21_key(key) if key is not None else score.analyze("key")
+    written = [change for change in staves.key_signature_changes if change.time == 0]
+    if key is None and written and keys.Key(*_key_name(written[0].key_number)).sharps != 0:
+        found = None  # the key signature the file writes, which music21 has read: the composer's spelling
+    else:
+        found = music21_key(key) if key is not None else score.analyze("key")
     for part in score.parts:
         measures = list(part.getElementsByClass("Measure"))
         if pickup_quarters(staves) and len(measures) > 1:
             _as_pickup(measures)
-        if measures:
+        if measures and found is not None:
             measures[0].keySignature = keys.KeySignature(found.sharps)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     score.write("musicxml", fp=str(path))
     return path
+
+
+def _key_name(key_number: int) -> tuple[str, str]:
+    """``(tonic, mode)`` in music21's spelling of a pretty_midi key number (0-11 major, 12-23 minor)."""
+    tonic, mode = pretty_midi.key_number_to_key_name(key_number).split()
+    return tonic.replace("b", "-") if len(tonic) > 1 else tonic, mode.lower()
 
 
 def _as_pickup(measures: list) -> None:

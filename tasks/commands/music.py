@@ -258,14 +258,15 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
 
 
 def _beat_grid(args: argparse.Namespace, source: Path | None, until: float | None = None) -> pretty_midi.PrettyMIDI | None:
-    """The beats and bars the written files go on (:func:`~multimodal.music.bars.beat_grid`): the tempo map, time
-    signatures and pickup of the ``source`` file the music came from (its changes up to ``until`` seconds), ``--meter``
-    and ``--pickup`` overriding; None when there is none of them (the files stay at 120 beats a minute in 4/4)."""
+    """The beats, bars and key signature the written files go on (:func:`~multimodal.music.bars.beat_grid`): those of
+    the ``source`` file the music came from (its changes up to ``until`` seconds), ``--meter``, ``--pickup`` and
+    ``--key`` overriding; None when there is none of them (the files stay at 120 beats a minute in 4/4)."""
     meter = METERS[args.meter] if args.meter is not None and METERS[args.meter] != "other" else None
-    if source is None and meter is None and args.pickup is None:
+    key = KEYS[args.key] if args.key is not None else None
+    if source is None and meter is None and args.pickup is None and key is None:
         return None
     try:
-        return beat_grid(source, meter, args.pickup, until)
+        return beat_grid(source, meter, args.pickup, until, key)
     except ValueError as error:  # the source was read before: what is left is the pickup
         raise ValueError(f"--{error}") from None
 

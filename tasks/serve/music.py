@@ -151,37 +151,38 @@ class MusicSession:
 
     def answer(self, *settings: Any, **named: Any) -> tuple[str | None, str | None, str | None, str | None, str]:
         """What the page shows for :meth:`continue_primer`'s settings: its ``(wav, piano roll, midi, message)``, the MIDI
-        file on the upload's beats, its tempo map, meters and pickup (or the meter and pickup chosen; :meth:`beat_grid`), and
-        its MusicXML score before the message (:func:`~multimodal.music.score.write_musicxml`, in the key chosen, else
-        the one music21 finds; None when there is no music or no note)."""
+        file on the upload's beats, its tempo map, meters, pickup and key signature (or those chosen; :meth:`beat_grid`),
+        and its MusicXML score before the message (:func:`~multimodal.music.score.write_musicxml`, in the key chosen,
+        else the upload's key signature or the key music21 finds; None when there is no music or no note)."""
         wav, roll, midi, message = self.continue_primer(*settings, **named)
         if midi is None:
             return wav, roll, midi, None, message
         asked = inspect.signature(self.continue_primer).bind(*settings, **named).arguments
-        key, continued = asked.get("key") or None, asked.get("action", "continue") == "continue"
+        key = KEYS[parse_key(asked["key"])] if asked.get("key") else None
+        continued = asked.get("action", "continue") == "continue"
         grid = self.beat_grid(asked.get("upload"), asked.get("meter"), asked.get("pickup"),
-                              until=asked.get("seconds") if continued else None)  # fmt: skip
+                              until=asked.get("seconds") if continued else None, key=key)  # fmt: skip
         if grid is not None:
             keep_timing(midi, grid)
         try:
-            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"),
-                                   KEYS[parse_key(key)] if key else None)  # fmt: skip
+            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"), key)
         except ValueError:  # no notes: nothing to put on a staff
             score = None
         return wav, roll, midi, None if score is None else str(score), message
 
-    def beat_grid(self, upload: str | None, meter: str | None, pickup: float | None,
-                  until: float | None = None) -> pretty_midi.PrettyMIDI | None:  # fmt: skip
-        """The beats and bars of the music written from ``upload`` (its tempo map, meters and pickup up to ``until``
-        seconds), the ``meter`` and ``pickup`` chosen overriding (:func:`~multimodal.music.bars.beat_grid`); None
-        when there is none of them. A ``gradio.Error`` for an unreadable upload or a pickup of a bar or more."""
+    def beat_grid(self, upload: str | None, meter: str | None, pickup: float | None, until: float | None = None,
+                  key: str | None = None) -> pretty_midi.PrettyMIDI | None:  # fmt: skip
+        """The beats, bars and key signature of the music written from ``upload`` (its tempo map, meters, pickup and
+        key signatures up to ``until`` seconds), the ``meter``, ``pickup`` and ``key`` chosen overriding
+        (:func:`~multimodal.music.bars.beat_grid`); None when there is none of them. A ``gradio.Error`` for an
+        unreadable upload or a pickup of a bar or more."""
         import gradio as gr
 
         meter = meter if meter and meter != "other" else None
-        if not upload and meter is None and pickup is None:
+        if not upload and meter is None and pickup is None and key is None:
             return None
         try:
-            return beat_grid(upload or None, meter, pickup, until)
+            return beat_grid(upload or None, meter, pickup, until, key)
         except ValueError as error:
             reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
             raise gr.Error(f"Could not read the upload: {reason}" if "MIDI" in reason else reason.capitalize()) from None
