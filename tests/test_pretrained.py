@@ -172,6 +172,45 @@ def test_a_hymns_soprano_is_harmonized_anew_from_its_track(tmp_path, capsys, mon
     assert "or choose with --melody-track one of its 4 tracks: 1 Soprano, 2 Alto, 3 Tenor, 4 Bass" in said
 
 
+def test_sheet_music_is_harmonized_on_the_command_line_and_the_page(tmp_path, capsys, monkeypatch):
+    """An ABC jig with an upbeat and a MusicXML chorale: harmonized from the sheet, the score keeps the upbeat, and
+    messages name the file given, not the MIDI file made of it."""
+    from xml.etree import ElementTree
+
+    import gradio as gr
+    import pretty_midi
+    from test_sheet_music import JIG
+
+    from multimodal.music.bars import pickup_quarters
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+    from tasks.serve.music import MusicSession
+
+    (tmp_path / "jig.abc").write_text(JIG)
+    main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "jig.abc"),
+          "--parts", "2", "3", "--style", "fiddle", "--no-audio", "--seed", "0", "--score"])  # fmt: skip
+    assert f"harmonized {tmp_path / 'jig.abc'} (44 notes in Part 1)" in capsys.readouterr().out
+    first = ElementTree.parse(tmp_path / "out" / "sample_0.musicxml").getroot().find("part/measure")
+    assert first.get("implicit") == "yes" and first.find("attributes/time/beat-type").text == "8"
+    session = MusicSession(*load_task(resolve_model("music")), resolve_model("music"))
+    *_, page_midi, page_score, message = session.answer(None, str(tmp_path / "jig.abc"), 3.0, 32, 1.0, 0.95, 0,
+                                                        action="harmonize", parts=["Part 2"])  # fmt: skip
+    assert message.startswith("jig.mid: 44 notes kept") and Path(page_score).is_file()
+    assert pickup_quarters(pretty_midi.PrettyMIDI(page_midi)) == 0.5  # the page's MIDI keeps the jig's upbeat too
+    (tmp_path / "broken.abc").write_text("X:1\nK:C\n[[[")
+    with pytest.raises(gr.Error, match="Could not read the upload: broken.abc"):
+        session.answer(None, str(tmp_path / "broken.abc"), 3.0, 32, 1.0, 0.95, 0, action="harmonize")
+    from music21 import corpus
+
+    corpus.parse("bach/bwv66.6").write("musicxml", fp=str(tmp_path / "chorale.musicxml"))
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit):
+        main(["generate", "--model", "music", "--out", str(tmp_path / "bad"), "--harmonize",
+              str(tmp_path / "chorale.musicxml"), "--no-audio"])  # fmt: skip
+    said = capsys.readouterr().err
+    assert said.startswith(f"error: {tmp_path / 'chorale.musicxml'}: several notes sound together") and "--melody-track" in said
+
+
 def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_path, capsys, monkeypatch):
     """The harmonized MIDI file keeps the tune's tempo (90 a minute) and meter (3/4); --score: the melody stands in
     the MusicXML note for note, in those beats and bars; a score already there is not replaced without --overwrite."""

@@ -76,6 +76,8 @@ def beat_grid(source: str | Path | pretty_midi.PrettyMIDI | None = None, meter: 
         grid._tick_scales = [scale for scale in grid._tick_scales if scale[0] <= last]
         grid._update_tick_to_time(last + 1)
         grid.time_signature_changes = [change for change in grid.time_signature_changes if change.time <= until]
+    grid.time_signature_changes = _changes_only(grid.time_signature_changes, lambda s: (s.numerator, s.denominator))
+    grid.key_signature_changes = _changes_only(grid.key_signature_changes, lambda k: k.key_number)
     found = pickup_quarters(grid)
     full_bars = grid.time_signature_changes[1:] if found else list(grid.time_signature_changes)
     first_full = full_bars[0] if full_bars and grid.time_to_tick(full_bars[0].time) <= round(found * grid.resolution) else None
@@ -96,6 +98,15 @@ def beat_grid(source: str | Path | pretty_midi.PrettyMIDI | None = None, meter: 
         signatures.append(pretty_midi.TimeSignature(meter_of.numerator, meter_of.denominator, start))
     grid.time_signature_changes = signatures + later
     return grid
+
+
+def _changes_only(events: list, value) -> list:
+    """``events`` (time or key signatures, in time order) without those that repeat the one in force."""
+    kept = []
+    for event in sorted(events, key=lambda event: event.time):
+        if not kept or value(event) != value(kept[-1]):
+            kept.append(event)
+    return kept
 
 
 def _pickup_quarters(beats: float, meter: pretty_midi.TimeSignature | None) -> float:

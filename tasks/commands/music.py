@@ -8,9 +8,11 @@ MIDI, piano roll and WAV files (:mod:`multimodal.music.continuation` names and w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import tempfile
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from multimodal.music.harmonize import (
 from multimodal.music.instruments import with_part_names, with_programs
 from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
 from multimodal.music.score import keep_timing, write_musicxml
+from multimodal.music.sheet_music import is_sheet_music, sheet_music_to_midi
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.music_controls import (
@@ -160,17 +163,53 @@ def run_generate(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Name
         raise ValueError("--avoid-parallels: a rule of --harmonize and --infill; give one of them")
     if args.lookahead is not None and args.harmonize is None:
         raise ValueError("--lookahead: an option of --harmonize")
-    if args.harmonize is not None:
-        _harmonize(model, tokenizer, args, data)
-        return
-    if args.infill is not None:
-        _infill(model, tokenizer, args, data)
-        return
+    with _sheet_music_read_as_midi(args):
+        if args.harmonize is not None:
+            _harmonize(model, tokenizer, args, data)
+        elif args.infill is not None:
+            _infill(model, tokenizer, args, data)
+        else:
+            _continue(model, tokenizer, args, data)
+
+
+@contextlib.contextmanager
+def _sheet_music_read_as_midi(args: argparse.Namespace) -> Iterator[None]:
+    """``--harmonize`` / ``--primer`` given as MusicXML or ABC: within the block the option names a MIDI file of it
+    in a temporary folder (:func:`~multimodal.music.sheet_music.sheet_music_to_midi`), and messages and printed
+    lines name the file given (``args.given``: MIDI path -> the path given)."""
+    args.given = {}
+    with tempfile.TemporaryDirectory(prefix="multimodal-sheet-") as folder:
+        for option in ("harmonize", "primer"):
+            path = getattr(args, option)
+            if path is not None and is_sheet_music(path):
+                midi = sheet_music_to_midi(path, Path(folder) / f"{option}.mid")
+                args.given[str(midi)] = str(path)
+                setattr(args, option, midi)
+        try:
+            yield
+        except ValueError as error:
+            raise ValueError(_as_given(args, str(error))) from None
+        finally:
+            for midi, path in args.given.items():
+                for option in ("harmonize", "primer"):
+                    if str(getattr(args, option)) == midi:
+                        setattr(args, option, Path(path))
+
+
+def _as_given(args: argparse.Namespace, text: str) -> str:
+    """``text`` with the temporary MIDI files of sheet music named as the user gave them."""
+    for midi, path in getattr(args, "given", {}).items():
+        text = text.replace(midi, path)
+    return text
+
+
+def _continue(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace, data: Mapping[str, Any]) -> None:
+    """The primer (a file, each file of a folder, a held-out piece or nothing) continued."""
     if args.primer is not None and args.primer.is_dir():
         _continue_folder(model, tokenizer, args)
         return
     if args.primer is not None:
-        notes, source = read_primer(args.primer, tokenizer), str(args.primer)
+        notes, source = read_primer(args.primer, tokenizer), _as_given(args, str(args.primer))
         if not len(notes[notes[:, 1] < args.primer_seconds]) and args.primer_seconds > 0:
             raise ValueError(f"{args.primer}: no note (outside drum tracks) starts in its first "
                              f"{args.primer_seconds:g} s; give a longer --primer-seconds or another file")  # fmt: skip
@@ -222,7 +261,8 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         avoid_parallels=args.avoid_parallels, lookahead=args.lookahead, chord_sizes=facts.get("chord_sizes"),
     )  # fmt: skip
     _keep_timing(paths, args, grid)
-    print(f"harmonized {args.harmonize} ({len(melody)} notes in {tokenizer.config.part_name(melody_part)})")
+    print(f"harmonized {_as_given(args, str(args.harmonize))} ({len(melody)} notes in "
+          f"{tokenizer.config.part_name(melody_part)})")  # fmt: skip
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
 
@@ -252,7 +292,7 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
     )  # fmt: skip
     _keep_timing(paths, args, grid)
     in_bars = f" ({asked})" if any(span_point(point)[1] for point in args.infill) else ""
-    print(f"filled {start:g}-{end:g} s{in_bars} of {args.primer}")
+    print(f"filled {start:g}-{end:g} s{in_bars} of {_as_given(args, str(args.primer))}")
     for path in paths:
         print(f"wrote {path} (+ .png piano roll{'' if args.no_audio else ', .wav'})")
 

@@ -30,6 +30,7 @@ from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import check_melody_range
 from multimodal.music.score import keep_timing, write_musicxml
+from multimodal.music.sheet_music import SHEET_MUSIC_SUFFIXES, is_sheet_music, sheet_music_to_midi
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES, parse_key
 from tasks.commands.music import model_training_data, pieces_at_hand, run_pieces
@@ -65,6 +66,7 @@ class MusicSession:
         self.pieces = dict(zip(held_out.names, held_out.notes, strict=True)) if held_out is not None else {}
         self.folder = Path(tempfile.mkdtemp(prefix="multimodal-serve-"))
         self.count = itertools.count(1)  # next() is atomic: concurrent requests get their own folders
+        self.sheet_music: dict[str, str] = {}  # an upload of sheet music -> its MIDI file
 
     def continue_primer(
         self, piece: str | None, upload: str | None, seconds: float, length: int, temperature: float, top_p: float,
@@ -94,6 +96,7 @@ class MusicSession:
         instrument General MIDI does not have, or a control the model does not know."""
         import gradio as gr
 
+        upload = self.upload_as_midi(upload)
         seconds = bounded("primer (seconds)", seconds, *SECONDS)
         length = int(bounded("new events", length, *NEW_EVENTS, whole=True))
         temperature = bounded("temperature", temperature, *TEMPERATURE)
@@ -160,7 +163,7 @@ class MusicSession:
         asked = inspect.signature(self.continue_primer).bind(*settings, **named).arguments
         key = KEYS[parse_key(asked["key"])] if asked.get("key") else None
         continued = asked.get("action", "continue") == "continue"
-        grid = self.beat_grid(asked.get("upload"), asked.get("meter"), asked.get("pickup"),
+        grid = self.beat_grid(self.upload_as_midi(asked.get("upload")), asked.get("meter"), asked.get("pickup"),
                               until=asked.get("seconds") if continued else None, key=key)  # fmt: skip
         if grid is not None:
             keep_timing(midi, grid)
@@ -169,6 +172,25 @@ class MusicSession:
         except ValueError:  # no notes: nothing to put on a staff
             score = None
         return wav, roll, midi, None if score is None else str(score), message
+
+    def upload_as_midi(self, upload: str | None) -> str | None:
+        """The upload as a MIDI file: itself, or a MIDI file (named as it) of an upload of sheet music, MusicXML or ABC
+        (:func:`~multimodal.music.sheet_music.sheet_music_to_midi`, once per upload). A ``gradio.Error`` for sheet
+        music music21 cannot read."""
+        import gradio as gr
+
+        if not upload or not is_sheet_music(upload):
+            return upload
+        if not Path(self.sheet_music.get(upload, "")).is_file():  # not converted yet, or its folder was removed
+            try:
+                midi = sheet_music_to_midi(upload, self._request_folder() / f"{Path(upload).stem}.mid")
+            except (ValueError, OSError) as error:
+                reason = " ".join(str(error).replace(str(upload), Path(upload).name).split())
+                raise gr.Error(f"Could not read the upload: {reason}") from None
+            self.sheet_music[upload] = str(midi)
+            while len(self.sheet_music) > KEEP:  # as bounded as the request folders that hold them
+                self.sheet_music.pop(next(iter(self.sheet_music)))
+        return self.sheet_music[upload]
 
     def beat_grid(self, upload: str | None, meter: str | None, pickup: float | None, until: float | None = None,
                   key: str | None = None) -> pretty_midi.PrettyMIDI | None:  # fmt: skip
@@ -295,7 +317,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
         with gr.Row():
             with gr.Column():
                 piece = gr.Dropdown(names, value=names[0] if names else None, label="held-out piece")
-                upload = gr.File(label="or your MIDI file", file_types=[".mid", ".midi"], type="filepath")
+                upload = gr.File(label="or your MIDI file, or sheet music (MusicXML, ABC)", type="filepath",
+                                 file_types=[".mid", ".midi", *SHEET_MUSIC_SUFFIXES])  # fmt: skip
                 seconds = gr.Slider(*SECONDS, value=6, step=0.5, label="primer (seconds)")
                 length = gr.Slider(*NEW_EVENTS, value=512, step=16,
                                    label="new events (a continuation; a harmonization follows the melody)")
