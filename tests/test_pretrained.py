@@ -195,7 +195,7 @@ def test_sheet_music_is_harmonized_on_the_command_line_and_the_page(tmp_path, ca
     session = MusicSession(*load_task(resolve_model("music")), resolve_model("music"))
     *_, page_midi, page_score, message = session.answer(None, str(tmp_path / "jig.abc"), 3.0, 32, 1.0, 0.95, 0,
                                                         action="harmonize", parts=["Part 2"])  # fmt: skip
-    assert message.startswith("jig.mid: 44 notes kept") and Path(page_score).is_file()
+    assert message.startswith("jig.abc: 44 notes kept") and Path(page_score).is_file()
     assert pickup_quarters(pretty_midi.PrettyMIDI(page_midi)) == 0.5  # the page's MIDI keeps the jig's upbeat too
     (tmp_path / "broken.abc").write_text("X:1\nK:C\n[[[")
     with pytest.raises(gr.Error, match="Could not read the upload: broken.abc"):
@@ -311,6 +311,12 @@ def test_a_hymn_with_an_upbeat_is_barred_from_its_first_full_bar(tmp_path, capsy
     assert ElementTree.parse(page_score).getroot().find("part/measure").get("implicit") == "yes"
     with pytest.raises(gr.Error, match="Pickup: 3 beats is not 0 or more and shorter than a bar of 3/4"):
         session.answer(None, str(tmp_path / "hymn.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize", pickup=3)
+    with pytest.raises(gr.Error, match="pickup \\(beats\\): expected a number, got 'one'"):
+        session.answer(None, str(tmp_path / "hymn.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize", pickup="one")
+    *_, own_midi, _, _ = session.answer(None, str(tmp_path / "out" / "sample_0.mid"), 3.0, 32, 1.0, 0.95, 0,
+                                        action="infill", gap_from="bar2", gap_to="bar3", pickup="")  # fmt: skip
+    assert [(m.numerator, m.denominator) for m in pretty_midi.PrettyMIDI(own_midi).time_signature_changes] == [
+        (1, 4), (3, 4)]  # the box left empty, as the page sends it: the upload's own upbeat
     monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
     with pytest.raises(SystemExit) as stopped:
         main(["generate", "--model", "music", "--out", str(tmp_path / "bad"), "--harmonize", str(tmp_path / "hymn.mid"),

@@ -47,6 +47,12 @@ ACTIONS = {"continue": "continue the piece", "harmonize": "harmonize the upload 
 """What the page can do (the ``action`` of :meth:`MusicSession.continue_primer`), with the page's words for it."""
 
 
+def pickup_beats(value: float | str | None) -> float | None:
+    """The page's pickup in beats: None when empty (the upload's own), else a number within :data:`PICKUP_BEATS`
+    (a ``gradio.Error`` naming the setting otherwise)."""
+    return None if value is None or str(value).strip() == "" else bounded("pickup (beats)", value, *PICKUP_BEATS)
+
+
 class MusicSession:
     """What the page does, without the page: continue a primer into MIDI, piano roll and WAV.
 
@@ -73,7 +79,7 @@ class MusicSession:
         seed: int, style: str | None = None, key: str | None = None, meter: str | None = None,
         density: float | None = None, action: str = "continue", guidance_scale: float = 1.0,
         avoid_parallels: bool = False, key_emphasis: float = 0.0, parts: list[str] | None = None,
-        gap_from: str = "", gap_to: str = "", instrument: str = "", pickup: float | None = None,
+        gap_from: str = "", gap_to: str = "", instrument: str = "", pickup: float | str | None = None,
         melody_track: str = "",
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
@@ -104,7 +110,7 @@ class MusicSession:
         seed = int(bounded("seed", seed, *SEEDS, whole=True))
         guidance_scale = bounded("guidance", guidance_scale, *GUIDANCE)
         key_emphasis = bounded("key emphasis", key_emphasis, *KEY_EMPHASIS)
-        pickup = None if pickup is None else bounded("pickup (beats)", pickup, *PICKUP_BEATS)
+        pickup = pickup_beats(pickup)
         try:
             controls = parse_controls(style or None, key or None, meter or None, density or None)
         except ValueError as error:
@@ -128,17 +134,17 @@ class MusicSession:
                                 writer, pickup)  # fmt: skip
         try:
             if upload:
-                notes, source = read_primer(upload, self.tokenizer), Path(upload).name
+                notes, source = read_primer(upload, self.tokenizer), self.shown(upload)
             elif piece == NOTHING:
                 notes, source, seconds = np.empty((0, 4)), "nothing", 0.0
             elif piece in self.pieces:
                 notes, source = self.pieces[piece], f"held-out piece {piece}"
             else:
-                return None, None, None, "Choose a held-out piece or upload a MIDI file."
+                return None, None, None, "Choose a held-out piece or upload a MIDI file or sheet music."
             if seconds and not len(notes[notes[:, 1] < seconds]):
                 return None, None, None, f"{source}: no note starts in its first {seconds:g} s; give a longer primer."
         except ValueError as error:  # not MIDI, or broken: one line on the page, an error through the API
-            reason = " ".join(str(error).replace(str(upload), Path(upload).name).split())
+            reason = " ".join(str(error).replace(str(upload), self.shown(upload)).split())
             raise gr.Error(f"Could not read the upload: {reason}") from None
         try:
             primer = primer_ids(notes, self.tokenizer, seconds, controls)
@@ -163,7 +169,7 @@ class MusicSession:
         asked = inspect.signature(self.continue_primer).bind(*settings, **named).arguments
         key = KEYS[parse_key(asked["key"])] if asked.get("key") else None
         continued = asked.get("action", "continue") == "continue"
-        grid = self.beat_grid(self.upload_as_midi(asked.get("upload")), asked.get("meter"), asked.get("pickup"),
+        grid = self.beat_grid(self.upload_as_midi(asked.get("upload")), asked.get("meter"), pickup_beats(asked.get("pickup")),
                               until=asked.get("seconds") if continued else None, key=key)  # fmt: skip
         if grid is not None:
             keep_timing(midi, grid)
@@ -185,12 +191,18 @@ class MusicSession:
             try:
                 midi = sheet_music_to_midi(upload, self._request_folder() / f"{Path(upload).stem}.mid")
             except (ValueError, OSError) as error:
-                reason = " ".join(str(error).replace(str(upload), Path(upload).name).split())
+                reason = " ".join(str(error).replace(str(upload), self.shown(upload)).split())
                 raise gr.Error(f"Could not read the upload: {reason}") from None
             self.sheet_music[upload] = str(midi)
             while len(self.sheet_music) > KEEP:  # as bounded as the request folders that hold them
                 self.sheet_music.pop(next(iter(self.sheet_music)))
         return self.sheet_music[upload]
+
+    def shown(self, upload: str | Path) -> str:
+        """The name of an upload as its visitor gave it: a MIDI file made of sheet music (:meth:`upload_as_midi`) is
+        named as the sheet."""
+        given = next((sheet for sheet, midi in self.sheet_music.items() if midi == str(upload)), upload)
+        return Path(given).name
 
     def beat_grid(self, upload: str | None, meter: str | None, pickup: float | None, until: float | None = None,
                   key: str | None = None) -> pretty_midi.PrettyMIDI | None:  # fmt: skip
@@ -206,7 +218,7 @@ class MusicSession:
         try:
             return beat_grid(upload or None, meter, pickup, until, key)
         except ValueError as error:
-            reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
+            reason = str(error).replace(str(upload), self.shown(upload)) if upload else str(error)
             raise gr.Error(f"Could not read the upload: {reason}" if "MIDI" in reason else reason.capitalize()) from None
 
     def _request_folder(self) -> Path:
@@ -247,28 +259,28 @@ class MusicSession:
         import gradio as gr
 
         if not upload:
-            return None, None, None, "Upload a one-line melody (a MIDI file) to harmonize."
+            return None, None, None, "Upload a one-line melody (a MIDI file or sheet music) to harmonize."
         names, chosen = self.part_names(), self._chosen_parts(parts)
         if chosen and 0 in chosen:
             raise gr.Error(f"{names[0]} holds the melody: choose the parts to write among {', '.join(names[1:])}.")
         try:
-            melody = read_melody(upload, (melody_track or "").strip() or None, Path(upload).name)
+            melody = read_melody(upload, (melody_track or "").strip() or None, self.shown(upload))
             if self.facts.get("part_ranges") is not None:
                 check_melody_range(melody, self.facts["part_ranges"][0], self.tokenizer.config.part_name(0),
-                                   Path(upload).name)  # fmt: skip
+                                   self.shown(upload))  # fmt: skip
             (path,) = harmonize_to_files(self.task.model, writer, melody, self._request_folder(),
                                          sampling, controls=controls, parts=chosen,
                                          chord_sizes=self.facts.get("chord_sizes"),
                                          seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
-            reason = str(error).replace(str(upload), Path(upload).name).replace("or choose one", "or choose as the "
+            reason = str(error).replace(str(upload), self.shown(upload)).replace("or choose one", "or choose as the "
                                                                                  "melody track one")  # fmt: skip
             raise gr.Error(" ".join(reason.split())) from None
         part = self.tokenizer.config.part_name(0)
         written = ", ".join(names[index] for index in chosen) if chosen else "the other parts"
         return (str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path),
-                f"{Path(upload).name}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
+                f"{self.shown(upload)}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
 
     def _infill(self, piece: str | None, upload: str | None, gap: tuple[str, str], controls, sampling: SamplingConfig,
                 seed: int, avoid_parallels: bool, parts: list[str] | None, writer: Any, pickup: float | None = None,
@@ -280,11 +292,11 @@ class MusicSession:
         chosen = self._chosen_parts(parts)
         try:
             if upload:
-                notes, source = read_primer(upload, self.tokenizer), Path(upload).name
+                notes, source = read_primer(upload, self.tokenizer), self.shown(upload)
             elif piece in self.pieces:
                 notes, source = self.pieces[piece], f"held-out piece {piece}"
             else:
-                return None, None, None, "Choose a held-out piece or upload a MIDI file to fill a gap in."
+                return None, None, None, "Choose a held-out piece or upload a MIDI file or sheet music to fill a gap in."
             start, end = span_seconds(*gap, beat_grid(upload, pickup=pickup) if upload else None)
             if not len(notes) or start >= float(notes[:, 2].max()):
                 raise ValueError(f"{source} ends before the gap starts")
@@ -292,7 +304,7 @@ class MusicSession:
                                       sampling, parts=chosen, controls=controls, seed=seed, audio=True,
                                       avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"))  # fmt: skip
         except ValueError as error:  # not MIDI, an unreadable gap, a model without parts or controls
-            reason = str(error).replace(str(upload), Path(upload).name) if upload else str(error)
+            reason = str(error).replace(str(upload), self.shown(upload)) if upload else str(error)
             raise gr.Error(" ".join(reason.split())) from None
         written = ", ".join(self.part_names()[index] for index in chosen) if chosen else "every part"
         of_parts = f" of {written}" if self.part_names() else ""
@@ -311,7 +323,7 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
     has_parts = "harmonize" in actions
     with gr.Blocks(title="multimodal: music") as page:
         gr.Markdown(f"# Music\n{type(task.model).__name__} from `{checkpoint}`: choose a held-out piece or upload a "
-                    "MIDI file; the model continues its first seconds"
+                    "MIDI file or sheet music; the model continues its first seconds"
                     + (", harmonizes your melody" if has_parts else "")
                     + (" or fills a gap in the piece." if "infill" in actions else "."))  # fmt: skip
         with gr.Row():
@@ -325,8 +337,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 temperature = gr.Slider(*TEMPERATURE, value=1.0, step=0.05, label="temperature")
                 top_p = gr.Slider(*TOP_P, value=0.95, step=0.01, label="top-p")
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
-                pickup = gr.Number(None, minimum=PICKUP_BEATS[0], maximum=PICKUP_BEATS[1],
-                                   label="pickup: beats before the upload's bar 1 (empty: its own, if it writes one)")
+                pickup = gr.Textbox("", label="pickup: beats before the upload's bar 1 (empty: its own, if it writes "
+                                              "one; 0: none)")  # fmt: skip
                 instrument = gr.Dropdown(["", *pretty_midi.INSTRUMENT_MAP], value="", visible=session.can_orchestrate(),
                                          label="instrument of every part (empty: the model's, the piano)")  # fmt: skip
                 action = gr.Radio([(ACTIONS[name], name) for name in actions], value="continue",

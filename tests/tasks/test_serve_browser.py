@@ -91,8 +91,9 @@ def test_the_music_page_plays_a_continuation_in_a_browser(tmp_path):
 
 
 def test_the_shipped_models_page_fills_a_gap_in_bars_of_an_upload(tmp_path):
-    """The page's "fill a gap" choice, the gap's ends and a part box, as a visitor sets them; the answer names the
-    span in seconds (bar2 to bar3, bar 2 of a 3/4 chorale at 120 beats a minute: 1.5-3 s) and the part written. The shipped
+    """The page's "fill a gap" choice, the gap's ends and a part box, as a visitor sets them, on a chorale uploaded as
+    sheet music; the answer names the span in seconds (bar2 to bar3 of a 3/4 chorale at 120 beats a minute after its
+    one-beat upbeat, which the sheet marks and the empty pickup box keeps: 2-3.5 s) and the part written. The shipped
     model shows the controls' row too, whose every field the browser sends and Gradio checks against its bounds
     (an empty "notes per second" went as 0, under its minimum, and failed every request of this page)."""
     driver = _driver()
@@ -102,21 +103,21 @@ def test_the_shipped_models_page_fills_a_gap_in_bars_of_an_upload(tmp_path):
 
     from multimodal.pretrained import resolve_model
 
-    chorale = tmp_path / "bwv269.mid"
-    corpus.parse("bach/bwv269").write("midi", fp=chorale)  # 3/4 at 120 (music21's default tempo)
+    chorale = tmp_path / "bwv269.musicxml"
+    corpus.parse("bach/bwv269").write("musicxml", fp=chorale)  # 3/4 at 120 (music21's default tempo), an upbeat
     page = open_page(driver, resolve_model("music"))
     try:
         wait = WebDriverWait(driver, 120)
         wait.until(lambda d: d.find_elements(By.XPATH, "//button[normalize-space()='Generate']"))
         driver.find_element(By.CSS_SELECTOR, "input[type='file']").send_keys(str(chorale))
-        wait.until(lambda d: d.find_elements(By.XPATH, "//td[@aria-label='bwv269.mid']"))  # uploaded
+        wait.until(lambda d: d.find_elements(By.XPATH, "//td[@aria-label='bwv269.musicxml']"))  # uploaded
         driver.find_element(By.XPATH, "//label[.//span[normalize-space()='fill a gap in the piece']]").click()
         for label, text in (("gap from", "bar2"), ("gap to", "bar3")):
             box = driver.find_element(By.XPATH, f"//label[.//span[starts-with(normalize-space(), '{label}')]]//textarea")
             box.send_keys(text)
         driver.find_element(By.XPATH, "//label[.//span[normalize-space()='Part 3']]").click()
         driver.find_element(By.XPATH, "//button[normalize-space()='Generate']").click()
-        answer = "bwv269.mid: 1.5-3 s of Part 3 written anew; everything else kept."
+        answer = "bwv269.musicxml: 2-3.5 s of Part 3 written anew; everything else kept."
         wait.until(lambda d: d.find_elements(By.XPATH, f"//*[normalize-space()='{answer}']"))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "img[src*='.png']"))  # the piano roll
         if os.environ.get("MULTIMODAL_SCREENSHOTS"):
