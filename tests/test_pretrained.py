@@ -189,13 +189,13 @@ def test_sheet_music_is_harmonized_on_the_command_line_and_the_page(tmp_path, ca
     (tmp_path / "jig.abc").write_text(JIG)
     main(["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "jig.abc"),
           "--parts", "2", "3", "--style", "fiddle", "--no-audio", "--seed", "0", "--score"])  # fmt: skip
-    assert f"harmonized {tmp_path / 'jig.abc'} (44 notes in Part 1)" in capsys.readouterr().out
+    assert f"harmonized {tmp_path / 'jig.abc'} (22 notes in Part 1)" in capsys.readouterr().out
     first = ElementTree.parse(tmp_path / "out" / "sample_0.musicxml").getroot().find("part/measure")
     assert first.get("implicit") == "yes" and first.find("attributes/time/beat-type").text == "8"
     session = MusicSession(*load_task(resolve_model("music")), resolve_model("music"))
     *_, page_midi, page_score, message = session.answer(None, str(tmp_path / "jig.abc"), 3.0, 32, 1.0, 0.95, 0,
                                                         action="harmonize", parts=["Part 2"])  # fmt: skip
-    assert message.startswith("jig.abc: 44 notes kept") and Path(page_score).is_file()
+    assert message.startswith("jig.abc: 22 notes kept") and Path(page_score).is_file()
     assert pickup_quarters(pretty_midi.PrettyMIDI(page_midi)) == 0.5  # the page's MIDI keeps the jig's upbeat too
     (tmp_path / "broken.abc").write_text("X:1\nK:C\n[[[")
     with pytest.raises(gr.Error, match="Could not read the upload: broken.abc"):

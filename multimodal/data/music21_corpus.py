@@ -407,11 +407,12 @@ def _parse_pieces(source: Path, name: str) -> list[tuple[dict, np.ndarray]]:
         raise ValueError("holds no score")
     if len(set(names)) < len(names):  # tunes numbered twice: number them in file order instead
         names = [f"{name}#{i + 1}" for i in range(len(scores))]
-    return [_score_piece(score, piece_name) for score, piece_name in zip(scores, names, strict=True)]
+    return [score_piece(score, piece_name) for score, piece_name in zip(scores, names, strict=True)]
 
 
-def _score_piece(score, name: str) -> tuple[dict, np.ndarray]:
-    """The notes ``(n, 5)`` and metadata of one music21 score, read from music21's own note objects.
+def score_piece(score, name: str) -> tuple[dict, np.ndarray]:
+    """The notes ``(n, 5)`` and metadata of one music21 score, read from music21's own note objects (the one reader
+    of sheet music: the corpus's files and a user's, :mod:`multimodal.music.sheet_music`).
 
     Not through a MIDI file music21 writes: its writer drops a note where two of one pitch overlap
     in a part and renames tracks after instruments, and the parts are what is kept here. Ties are
@@ -443,18 +444,24 @@ def _score_piece(score, name: str) -> tuple[dict, np.ndarray]:
     return meta, notes[np.lexsort((notes[:, 0], notes[:, 1]))]
 
 
-def _seconds_of_offsets(score):
-    """A function from offsets in quarter notes to seconds, through the score's metronome marks."""
-    starts, rates = [0.0], [60.0 / DEFAULT_BPM]
+def tempo_marks(score) -> list[tuple[float, float]]:
+    """``[(offset in quarter notes, quarter notes a minute)]`` of a music21 score's metronome marks, the first at 0
+    (:data:`DEFAULT_BPM` before a first mark that comes later, as music21 plays a score)."""
+    marks = [(0.0, DEFAULT_BPM)]
     for start, _, mark in score.metronomeMarkBoundaries():
         bpm = mark.getQuarterBPM() if mark.number is not None or mark.numberSounding is not None else None
         if bpm:
-            if float(start) <= starts[-1]:
-                starts[-1], rates[-1] = float(start), 60.0 / bpm
+            if float(start) <= marks[-1][0]:
+                marks[-1] = (float(start), float(bpm))
             else:
-                starts.append(float(start))
-                rates.append(60.0 / bpm)
-    starts, rates = np.array(starts), np.array(rates)
+                marks.append((float(start), float(bpm)))
+    return marks
+
+
+def _seconds_of_offsets(score):
+    """A function from offsets in quarter notes to seconds, through the score's metronome marks."""
+    marks = tempo_marks(score)
+    starts, rates = np.array([start for start, _ in marks]), np.array([60.0 / bpm for _, bpm in marks])
     elapsed = np.r_[0.0, np.cumsum(np.diff(starts) * rates[:-1])]
 
     def seconds(offsets: np.ndarray) -> np.ndarray:
