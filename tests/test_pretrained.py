@@ -197,6 +197,7 @@ def test_sheet_music_is_harmonized_on_the_command_line_and_the_page(tmp_path, ca
                                                         action="harmonize", parts=["Part 2"])  # fmt: skip
     assert message.startswith("jig.abc: 22 notes kept") and Path(page_score).is_file()
     assert pickup_quarters(pretty_midi.PrettyMIDI(page_midi)) == 0.5  # the page's MIDI keeps the jig's upbeat too
+    assert ElementTree.parse(page_score).getroot().find("movement-title").text == "jig, harmonized"
     (tmp_path / "broken.abc").write_text("X:1\nK:C\n[[[")
     with pytest.raises(gr.Error, match="Could not read the upload: broken.abc"):
         session.answer(None, str(tmp_path / "broken.abc"), 3.0, 32, 1.0, 0.95, 0, action="harmonize")
@@ -288,6 +289,7 @@ def test_a_hymn_with_an_upbeat_is_barred_from_its_first_full_bar(tmp_path, capsy
     score = ElementTree.parse(tmp_path / "out" / "sample_0.musicxml").getroot()
     measures = score.find("part").findall("measure")
     assert [(m.get("number"), m.get("implicit")) for m in measures[:2]] == [("0", "yes"), ("1", "no")]
+    assert score.find("movement-title").text == "hymn, harmonized"
     downbeats = [m.find("note/pitch/step").text + m.find("note/pitch/octave").text for m in measures[1:5]]
     assert downbeats == ["C5", "C5", "D5", "C5"]  # each full bar opens with the melody's downbeat note
     assert read_parts(tmp_path / "out" / "sample_0.musicxml")[0]["Part 1"] == [

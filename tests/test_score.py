@@ -55,6 +55,14 @@ def test_the_score_keeps_every_note_in_beats_of_its_tempo_its_meter_and_key(tmp_
     assert len(next(iter(source.instruments)).notes) == 7 and sum(len(found) for found in notes.values()) == 11
 
 
+def test_the_score_has_a_title_and_names_its_arranger_not_music21(tmp_path):
+    root = ElementTree.parse(write_musicxml(waltz(), tmp_path / "waltz.musicxml", title="Waltz, harmonized")).getroot()
+    assert root.find("movement-title").text == "Waltz, harmonized"
+    assert [(c.get("type"), c.text) for c in root.iter("creator")] == [("arranger", "multimodal")]
+    root = ElementTree.parse(write_musicxml(waltz(), tmp_path / "sample_3.musicxml")).getroot()
+    assert root.find("movement-title").text == "sample_3"  # no title given: the file's name
+
+
 def test_read_at_the_wrong_tempo_the_rhythm_changes(tmp_path):
     """The tempo matters: the same seconds on a grid of 120 a minute are not the waltz's quarters."""
     notes, _ = read_parts(write_musicxml(timed(waltz(), beat_grid(meter="3/4")), tmp_path / "fast.musicxml"))

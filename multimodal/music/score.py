@@ -52,7 +52,11 @@ def keep_timing(path: str | Path, grid: pretty_midi.PrettyMIDI) -> None:
     timed(pretty_midi.PrettyMIDI(str(path)), grid).write(str(path))
 
 
-def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | None = None) -> Path:
+ARRANGER = "multimodal"
+"""Who the scores name as their arranger (the model wrote them; without a name music21 would sign them "Music21")."""
+
+
+def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | None = None, title: str | None = None) -> Path:
     """Writes ``midi`` as a MusicXML score: one part a non-drum track, named as the track, in the beats and bars of
     ``midi``'s own tempo map and time signatures (a file :func:`keep_timing` rewrote; a short first bar is a pickup,
     :func:`~multimodal.music.bars.pickup_quarters`, drawn as an upbeat in the next bar's meter and numbered 0).
@@ -63,6 +67,7 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | No
         key: A key as the controls write it (``"G minor"``, ``"Bb major"``; None: the key signature ``midi`` writes
             at its start, else — none, or none of sharps or flats, which many programs write by default — music21's
             analysis of the notes).
+        title: The score's title (None: the file's name without its suffix); its arranger is :data:`ARRANGER`.
 
     Returns:
         The path written.
@@ -70,7 +75,7 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | No
     Raises:
         ValueError: ``midi`` has no notes outside drum tracks (nothing to put on a staff).
     """
-    from music21 import converter
+    from music21 import converter, metadata
     from music21 import key as keys
 
     staves = timed(midi, midi)
@@ -93,6 +98,8 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | No
         if measures and found is not None:
             measures[0].keySignature = keys.KeySignature(found.sharps)
     path = Path(path)
+    score.metadata = metadata.Metadata(title=title or path.stem)
+    score.metadata.addContributor(metadata.Contributor(role="arranger", name=ARRANGER))
     path.parent.mkdir(parents=True, exist_ok=True)
     score.write("musicxml", fp=str(path))
     return path

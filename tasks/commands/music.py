@@ -208,8 +208,10 @@ def _continue(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespa
     if args.primer is not None and args.primer.is_dir():
         _continue_folder(model, tokenizer, args)
         return
+    title = None  # the score's: the piece continued (none from nothing)
     if args.primer is not None:
         notes, source = read_primer(args.primer, tokenizer), _as_given(args, str(args.primer))
+        title = f"{Path(source).stem}, continued"
         if not len(notes[notes[:, 1] < args.primer_seconds]) and args.primer_seconds > 0:
             raise ValueError(f"{args.primer}: no note (outside drum tracks) starts in its first "
                              f"{args.primer_seconds:g} s; give a longer --primer-seconds or another file")  # fmt: skip
@@ -220,6 +222,7 @@ def _continue(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespa
     else:
         held_out = run_pieces(data, "val")
         notes, source = held_out.notes[0], f"held-out piece {held_out.names[0]}"
+        title = f"{held_out.names[0]}, continued"
     primer = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args))
     grid = _beat_grid(args, args.primer, until=args.primer_seconds)
     paths = continue_music(
@@ -227,7 +230,7 @@ def _continue(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespa
         max_new_tokens=_continuation_ids(args), seed=args.seed, progress=True, audio=not args.no_audio,
         soundfont=args.soundfont, overwrite=args.overwrite,
     )  # fmt: skip
-    _keep_timing(paths, args, grid)
+    _keep_timing(paths, args, grid, title if len(notes) else None)
     what = f"{len(primer)} events" if len(notes) else f"{len(primer)} events: the start and the controls"
     print(f"primer: {f'first {args.primer_seconds:g} s of ' if len(notes) else ''}{source} ({what})")
     for path in paths:
@@ -260,7 +263,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels, lookahead=args.lookahead, chord_sizes=facts.get("chord_sizes"),
     )  # fmt: skip
-    _keep_timing(paths, args, grid)
+    _keep_timing(paths, args, grid, f"{Path(_as_given(args, str(args.harmonize))).stem}, harmonized")
     print(f"harmonized {_as_given(args, str(args.harmonize))} ({len(melody)} notes in "
           f"{tokenizer.config.part_name(melody_part)})")  # fmt: skip
     for path in paths:
@@ -290,7 +293,7 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         avoid_parallels=args.avoid_parallels,
         chord_sizes=model_training_data(getattr(args, "model_source", None), data).get("chord_sizes"),
     )  # fmt: skip
-    _keep_timing(paths, args, grid)
+    _keep_timing(paths, args, grid, f"{Path(_as_given(args, str(args.primer))).stem}, {start:g}-{end:g} s written anew")
     in_bars = f" ({asked})" if any(span_point(point)[1] for point in args.infill) else ""
     print(f"filled {start:g}-{end:g} s{in_bars} of {_as_given(args, str(args.primer))}")
     for path in paths:
@@ -311,10 +314,11 @@ def _beat_grid(args: argparse.Namespace, source: Path | None, until: float | Non
         raise ValueError(f"--{error}") from None
 
 
-def _keep_timing(paths: list[Path], args: argparse.Namespace, grid: pretty_midi.PrettyMIDI | None) -> None:
+def _keep_timing(paths: list[Path], args: argparse.Namespace, grid: pretty_midi.PrettyMIDI | None,
+                 title: str | None = None) -> None:  # fmt: skip
     """Each written MIDI file on ``grid``'s beats and bars (:func:`_beat_grid`, :func:`~multimodal.music.score.keep_timing`);
     with ``--score``, its MusicXML beside it (:func:`~multimodal.music.score.write_musicxml`: the key of ``--key``, else
-    music21's analysis)."""
+    the file's or music21's; entitled ``title``, and the sample's name when there are several; None: the file's name)."""
     key = KEYS[args.key] if args.key is not None else None
     for path in paths:
         if grid is not None:
@@ -322,7 +326,8 @@ def _keep_timing(paths: list[Path], args: argparse.Namespace, grid: pretty_midi.
         if not args.score:
             continue
         try:
-            write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), key)
+            named = title if title is None or len(paths) == 1 else f"{title} ({path.stem.replace('_', ' ')})"
+            write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), key, named)
             print(f"wrote {path.with_suffix('.musicxml')} (the score)")
         except ValueError as error:  # nothing written: no score, and the other files stand
             print(f"warning: {error}", file=sys.stderr)
@@ -406,7 +411,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
         overwrite=args.overwrite,
     )  # fmt: skip
     for path, name in zip(paths, primers, strict=True):
-        _keep_timing([path], args, grids[name])
+        _keep_timing([path], args, grids[name], f"{name}, continued")
     print(f"continued the first {args.primer_seconds:g} s of {len(paths)} file(s) of {args.primer}"
           + (f" ({len(skipped)} skipped)" if skipped else ""))  # fmt: skip
     for path in paths:

@@ -41,6 +41,7 @@ SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P, GUIDANCE = (1, 30), (16, 1024), (0.1, 1
 PICKUP_BEATS = (0.0, 15.0)  # an upbeat shorter than a bar of 16/x (multimodal.music.bars.beat_grid)
 KEY_EMPHASIS = (0.0, 3.0)  # nats on the tonic chord's pitches (multimodal.music.tonality)
 NOTHING = "(nothing: the controls lead)"  # the piece choice that starts from silence
+TITLES = {"continue": "continued", "harmonize": "harmonized", "infill": "a gap filled"}  # a score's title, after the piece
 KEEP = 32  # request folders kept (Gradio serves its own copies): the server's disk use stays bounded
 ACTIONS = {"continue": "continue the piece", "harmonize": "harmonize the upload (kept as the top part)",
            "infill": "fill a gap in the piece"}  # fmt: skip
@@ -173,8 +174,11 @@ class MusicSession:
                               until=asked.get("seconds") if continued else None, key=key)  # fmt: skip
         if grid is not None:
             keep_timing(midi, grid)
+        upload, piece = asked.get("upload"), asked.get("piece")
+        name = Path(upload).stem if upload else piece if piece in self.pieces else None  # the upload as given
+        title = f"{name}, {TITLES[asked.get('action', 'continue')]}" if name else None
         try:
-            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"), key)
+            score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"), key, title)
         except ValueError:  # no notes: nothing to put on a staff
             score = None
         return wav, roll, midi, None if score is None else str(score), message
