@@ -68,36 +68,46 @@ def beat_grid(source: str | Path | pretty_midi.PrettyMIDI | None = None, meter: 
     grid = open_pretty_midi(source) if isinstance(source, (str, Path)) else copy.copy(source or pretty_midi.PrettyMIDI())
     grid.instruments, grid.lyrics, grid.text_events = [], [], []  # a shallow copy: its own lists
     grid.time_signature_changes, grid._tick_scales = list(grid.time_signature_changes), list(grid._tick_scales)
-    grid.key_signature_changes = [change for change in grid.key_signature_changes if until is None or change.time <= until]
+    if until is not None:
+        _cut_after(grid, until)
     if key is not None:
         grid.key_signature_changes = [pretty_midi.KeySignature(pretty_midi.key_name_to_key_number(key), 0.0)]
-    if until is not None:  # pretty_midi keeps its tempo map in _tick_scales and has no public way to cut it
-        last = grid.time_to_tick(until)
-        grid._tick_scales = [scale for scale in grid._tick_scales if scale[0] <= last]
-        grid._update_tick_to_time(last + 1)
-        grid.time_signature_changes = [change for change in grid.time_signature_changes if change.time <= until]
     grid.time_signature_changes = _changes_only(grid.time_signature_changes, lambda s: (s.numerator, s.denominator))
     grid.key_signature_changes = _changes_only(grid.key_signature_changes, lambda k: k.key_number)
+    if meter is not None or pickup is not None:
+        grid.time_signature_changes = _bars_with(grid, meter, pickup)
+    return grid
+
+
+def _cut_after(grid: pretty_midi.PrettyMIDI, until: float) -> None:
+    """Leaves out ``grid``'s tempo, time and key signature changes after ``until`` seconds."""
+    last = grid.time_to_tick(until)
+    grid._tick_scales = [scale for scale in grid._tick_scales if scale[0] <= last]  # pretty_midi's tempo map: no
+    grid._update_tick_to_time(last + 1)  # public way to cut it
+    grid.time_signature_changes = [change for change in grid.time_signature_changes if change.time <= until]
+    grid.key_signature_changes = [change for change in grid.key_signature_changes if change.time <= until]
+
+
+def _bars_with(grid: pretty_midi.PrettyMIDI, meter: str | None, pickup: float | None) -> list[pretty_midi.TimeSignature]:
+    """``grid``'s time signatures with ``meter`` for every full bar (None: its own) and ``pickup`` beats before the
+    first (None: its own pickup), the pickup written as a bar of its own time signature."""
     found = pickup_quarters(grid)
     full_bars = grid.time_signature_changes[1:] if found else list(grid.time_signature_changes)
-    first_full = full_bars[0] if full_bars and grid.time_to_tick(full_bars[0].time) <= round(found * grid.resolution) else None
+    opening = full_bars[0] if full_bars and grid.time_to_tick(full_bars[0].time) <= round(found * grid.resolution) else None
     if meter is not None:
         numerator, denominator = (int(number) for number in meter.split("/"))
-        first_full, full_bars = pretty_midi.TimeSignature(numerator, denominator, 0.0), []
-    quarters = found if pickup is None else _pickup_quarters(pickup, first_full)
-    if quarters == found and meter is None:
-        return grid
-    start = grid.tick_to_time(round(quarters * grid.resolution))
-    later = [change for change in full_bars if change is not first_full and change.time > start]
+        opening, full_bars = pretty_midi.TimeSignature(numerator, denominator, 0.0), []
+    quarters = found if pickup is None else _pickup_quarters(pickup, opening)
+    start = grid.tick_to_time(round(quarters * grid.resolution))  # where bar 1 starts
+    later = [change for change in full_bars if change is not opening and change.time > start]
     signatures = []
     if quarters:
-        beats = Fraction(quarters / 4).limit_denominator(64)  # the pickup as one bar of its own time signature
+        beats = Fraction(quarters / 4).limit_denominator(64)
         signatures.append(pretty_midi.TimeSignature(beats.numerator, beats.denominator, 0.0))
-    if first_full is not None or quarters:
-        meter_of = first_full or pretty_midi.TimeSignature(4, 4, 0.0)
-        signatures.append(pretty_midi.TimeSignature(meter_of.numerator, meter_of.denominator, start))
-    grid.time_signature_changes = signatures + later
-    return grid
+    if opening is not None or quarters:
+        opening = opening or pretty_midi.TimeSignature(4, 4, 0.0)
+        signatures.append(pretty_midi.TimeSignature(opening.numerator, opening.denominator, start))
+    return signatures + later
 
 
 def _changes_only(events: list, value) -> list:
