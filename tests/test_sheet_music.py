@@ -73,3 +73,30 @@ def test_what_is_not_sheet_music_is_one_line(tmp_path):
     with pytest.raises(FileNotFoundError):
         sheet_music_to_midi(tmp_path / "missing.abc", tmp_path / "out.mid")
     assert not (tmp_path / "out.mid").exists()
+
+
+def test_a_folder_of_midi_and_sheet_music_is_one_corpus_each_tune_of_a_book_a_piece(tmp_path, chorale_xml):
+    """What ``perplexity`` (and a folder of a user's files) reads: MIDI files, MusicXML and an ABC book of two tunes;
+    a sheet music21 cannot read is skipped by name."""
+    import shutil
+
+    from multimodal.data.music import load_midi_files
+
+    folder = tmp_path / "pieces"
+    (folder / "tunes").mkdir(parents=True)
+    (folder / "tunes" / "book.abc").write_text(JIG + "\n" + JIG.replace("X:1", "X:2").replace("D|GAB", "D|GBd"))
+    shutil.copy(chorale_xml, folder / "chorale.musicxml")
+    midi = pretty_midi.PrettyMIDI()
+    midi.instruments.append(pretty_midi.Instrument(0, name="Line"))
+    midi.instruments[0].notes = [pretty_midi.Note(80, 60, 0.0, 0.5), pretty_midi.Note(80, 62, 0.5, 1.0)]
+    midi.write(str(folder / "line.mid"))
+    (folder / "broken.musicxml").write_text("<score-partwise><part id='P1'><measure>")
+    with pytest.warns(UserWarning, match="skipping sheet music .*broken.musicxml: music21 could not read it"):
+        corpus = load_midi_files([folder], parts=True)
+    assert corpus.names == ["chorale.musicxml", "line.mid", "tunes/book.abc#1", "tunes/book.abc#2"]
+    assert corpus.num_skipped == 1
+    chorale, line, first, second = corpus.notes
+    assert sorted(set(chorale[:, 4].astype(int))) == [0, 1, 2, 3] and len(line) == 2
+    assert len(first) == len(second) == 22 and first[1, 0] == 67 and second[2, 0] == 71  # G B d: the second tune
+    merged = load_midi_files([folder / "tunes" / "book.abc"]).notes[0]
+    assert merged.shape == (22, 4)  # without parts: the four columns of every other piece

@@ -54,6 +54,8 @@ from multimodal.tokenizers.midi_files import UnusableMidi, read_midi_notes
 from multimodal.tokenizers.music_controls import CONTROL_NAMES, DEFAULT_DROPOUT, Controls
 
 MIDI_SUFFIXES = (".mid", ".midi")
+SHEET_MUSIC_SUFFIXES = (".mxl", ".xml", ".musicxml", ".krn", ".abc")
+"""Sheet music music21 reads (MusicXML plain or compressed, Humdrum, ABC): the music21 corpus's files, and a user's."""
 NOTES_CACHE = "notes_v2.npz"  # bump the version when read_midi_notes changes (v2: the one reader, symusic)
 
 
@@ -168,18 +170,22 @@ def load_midi_folder(folder: str | Path, include_drums: bool = False) -> MidiCor
 
 
 def load_midi_files(paths: list[str | Path], include_drums: bool = False, parts: bool = False) -> MidiCorpus:
-    """MIDI files, and every ``.mid`` / ``.midi`` file under folders (recursively), in the order given.
+    """MIDI files and sheet music, and every ``.mid`` / ``.midi`` file and sheet (:data:`SHEET_MUSIC_SUFFIXES`) under
+    folders (recursively), in the order given.
 
-    With ``parts`` each note keeps its track as a fifth column (:func:`read_midi_notes`).
+    With ``parts`` each note keeps its track (a sheet's part) as a fifth column (:func:`read_midi_notes`). Sheet music
+    is read as the music21 corpus is (:func:`~multimodal.data.music21_corpus.parse_pieces`: ties joined, repeats
+    once as written), each tune of an ABC book a piece.
 
-    A piece's name is its path relative to the folder it was found in (a file's: its file name).
-    Missing paths, files that cannot be parsed and files with no note are skipped with a warning
-    naming each one and counted in ``num_skipped``; the corpus may be empty.
+    A piece's name is its path relative to the folder it was found in (a file's: its file name; ``#<number>`` after
+    it for a tune of a book). Missing paths, files that cannot be parsed and files with no note are skipped with a
+    warning naming each one and counted in ``num_skipped``; the corpus may be empty.
     """
     names, notes, skipped = [], [], []
+    readable = MIDI_SUFFIXES + SHEET_MUSIC_SUFFIXES
     for entry in map(Path, paths):
         if entry.is_dir():
-            files = sorted(p for p in entry.rglob("*") if p.suffix.lower() in MIDI_SUFFIXES and p.is_file())
+            files = sorted(p for p in entry.rglob("*") if p.suffix.lower() in readable and p.is_file())
             base = entry
         elif entry.is_file():
             files, base = [entry], entry.parent
@@ -188,6 +194,9 @@ def load_midi_files(paths: list[str | Path], include_drums: bool = False, parts:
             warnings.warn(f"skipping {entry}: does not exist", stacklevel=2)
             continue
         for path in files:
+            if path.suffix.lower() in SHEET_MUSIC_SUFFIXES:
+                skipped += _add_sheet_pieces(path, path.relative_to(base).as_posix(), parts, names, notes)
+                continue
             try:
                 piece = read_midi_notes(path, include_drums=include_drums, parts=parts)
             except UnusableMidi as error:  # not MIDI, or failing the reader's checks: the reason
@@ -203,6 +212,28 @@ def load_midi_files(paths: list[str | Path], include_drums: bool = False, parts:
             skipped.append(f"{path}: {reason}")
             warnings.warn(f"skipping MIDI file {path}: {reason}", stacklevel=2)
     return MidiCorpus(names, notes, skipped)
+
+
+def _add_sheet_pieces(path: Path, name: str, parts: bool, names: list[str], notes: list[np.ndarray]) -> list[str]:
+    """Appends the pieces of the sheet music at ``path`` to ``names`` and ``notes``; returns what was skipped (the file
+    music21 cannot read, or pieces without notes), each warned of by name."""
+    from multimodal.data.music21_corpus import parse_pieces  # that module imports this one
+
+    try:
+        pieces = parse_pieces(path, name)
+    except Exception as error:  # music21 raises what its parsers meet
+        reason = f"music21 could not read it ({type(error).__name__}: {' '.join(str(error).split())[:200]})"
+        warnings.warn(f"skipping sheet music {path}: {reason}", stacklevel=3)
+        return [f"{path}: {reason}"]
+    skipped = []
+    for meta, piece in pieces:
+        if len(piece):
+            names.append(meta["name"])
+            notes.append(piece if parts else piece[:, :4])
+        else:
+            skipped.append(f"{path} ({meta['name']}): holds no note")
+            warnings.warn(f"skipping sheet music {skipped[-1]}", stacklevel=3)
+    return skipped
 
 
 # ---------------------------------------------------------------------------- augmentation

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from multimodal.data.music import MidiCorpus, piece_split
+from multimodal.data.music import SHEET_MUSIC_SUFFIXES, MidiCorpus, piece_split
 from multimodal.data.music21_collections import COLLECTIONS, check_collections
 from multimodal.data.storage import atomic_write_bytes, atomic_write_text, cache_root
 from multimodal.tokenizers.music_controls import Controls, controls_of_piece
@@ -55,7 +55,7 @@ from multimodal.tokenizers.music_controls import Controls, controls_of_piece
 FORMAT_VERSION = 3  # 2: notes from music21's objects, not from a MIDI file it writes; 3: analysed key
 DEFAULT_BPM = 120.0  # music21 plays a score without a metronome mark at this tempo
 DEFAULT_VELOCITY = 90  # and its notes without a dynamic this loud
-SOURCE_SUFFIXES = (".mxl", ".xml", ".musicxml", ".krn", ".abc")
+SOURCE_SUFFIXES = SHEET_MUSIC_SUFFIXES
 
 
 CORPUS_ENV = "MULTIMODAL_MUSIC21_CORPUS"
@@ -378,7 +378,7 @@ def _convert_file(collection: str, relative: str, source: str, target: str) -> s
     source, target = Path(source), Path(target)
     stamp = _stamp(source)
     try:
-        pieces = _parse_pieces(source, f"{collection}/{relative.rsplit('.', 1)[0]}")
+        pieces = parse_pieces(source, f"{collection}/{relative.rsplit('.', 1)[0]}")
     except Exception as error:  # music21 raises many exception classes
         reason = f"music21 could not convert it ({type(error).__name__}: {str(error).strip()[:300]})"
         atomic_write_text(_failed_path(target), json.dumps({"source": stamp, "error": reason}))
@@ -392,8 +392,10 @@ def _convert_file(collection: str, relative: str, source: str, target: str) -> s
     return None
 
 
-def _parse_pieces(source: Path, name: str) -> list[tuple[dict, np.ndarray]]:
-    """music21 parses the file; each score (each tune of an opus) becomes a piece."""
+def parse_pieces(source: Path, name: str) -> list[tuple[dict, np.ndarray]]:
+    """The pieces of a MusicXML, ABC or Humdrum file, ``[(metadata, notes (n, 5))]`` (:func:`score_piece`): music21
+    parses the file and each score (each tune of an ABC book, named ``<name>#<number>``) becomes a piece. Raises
+    whatever music21 raises."""
     from music21 import converter, stream
 
     parsed = converter.parse(source)

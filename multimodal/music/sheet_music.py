@@ -19,12 +19,10 @@ from pathlib import Path
 import mido
 import pretty_midi
 
+from multimodal.data.music import SHEET_MUSIC_SUFFIXES
 from multimodal.data.music21_corpus import score_piece, tempo_marks
 from multimodal.music.bars import beat_grid
 from multimodal.music.score import timed
-
-SHEET_MUSIC_SUFFIXES = (".musicxml", ".mxl", ".xml", ".abc")
-"""The files :func:`sheet_music_to_midi` reads: MusicXML (plain or compressed) and ABC."""
 
 TICKS_PER_QUARTER = 960
 """The resolution of the beats written: quarter-note offsets of sixteenth triplets and finer land on whole ticks."""
@@ -35,12 +33,12 @@ MAJOR_KEY_OF_SHARPS = {-7: "Cb", -6: "Gb", -5: "Db", -4: "Ab", -3: "Eb", -2: "Bb
 
 
 def is_sheet_music(path: str | Path) -> bool:
-    """Whether ``path`` names a MusicXML or ABC file (by its suffix)."""
+    """Whether ``path`` names a MusicXML, ABC or Humdrum file (by its suffix, :data:`SHEET_MUSIC_SUFFIXES`)."""
     return Path(path).suffix.lower() in SHEET_MUSIC_SUFFIXES
 
 
 def sheet_music_to_midi(path: str | Path, midi_path: str | Path) -> Path:
-    """Writes the MusicXML or ABC file ``path`` as the MIDI file ``midi_path`` (the first tune of an ABC book;
+    """Writes the MusicXML, ABC or Humdrum file ``path`` as the MIDI file ``midi_path`` (the first tune of an ABC book;
     folders are created).
 
     Returns:
@@ -56,7 +54,7 @@ def sheet_music_to_midi(path: str | Path, midi_path: str | Path) -> Path:
     if not path.is_file():
         raise FileNotFoundError(2, "no such file", str(path))
     try:
-        score = converter.parse(str(path), format="abc" if path.suffix.lower() == ".abc" else "musicxml")
+        score = converter.parse(str(path))  # the format from the suffix
         if isinstance(score, stream.Opus):  # an ABC book: its first tune
             score = score.scores[0]
         if not isinstance(score, stream.Score):  # a lone part
