@@ -50,3 +50,14 @@ def test_the_chord_sizes_are_the_most_notes_a_part_starts_together():
     pieces = [np.array(chord + line, dtype=float), np.array([[40, 0.0, 1.0, 80, 2], [43, 0.0, 1.0, 80, 2]], dtype=float)]
     assert part_chord_sizes(pieces, 4) == [1, 3, 2, 0]  # part 2: 50 and 53 are 20 ms apart, 40 and 43 together
     assert part_chord_sizes([np.array([[60, 0.0, 1.0, 80], [64, 0.0, 1.0, 80]])], 1) == [2]  # (n, 4): part 0
+
+
+def test_transposed_music_moves_every_pitch_and_stays_in_midi():
+    from multimodal.music.ranges import transposed
+
+    notes = np.array([[60.0, 0.0, 1.0, 80, 0], [72.0, 1.0, 2.0, 80, 1]])
+    moved = transposed(notes, -12, "tune.mid")
+    assert moved[:, 0].tolist() == [48.0, 60.0] and (moved[:, 1:] == notes[:, 1:]).all() and notes[0, 0] == 60
+    assert transposed(np.empty((0, 4)), 5).shape == (0, 4)
+    with pytest.raises(ValueError, match="tune.mid: its notes go from 60 to 72 .* moved by \\+56 semitones they would leave"):
+        transposed(notes, 56, "tune.mid")

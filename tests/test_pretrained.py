@@ -212,6 +212,39 @@ def test_sheet_music_is_harmonized_on_the_command_line_and_the_page(tmp_path, ca
     assert said.startswith(f"error: {tmp_path / 'chorale.musicxml'}: several notes sound together") and "--melody-track" in said
 
 
+def test_a_melody_above_its_parts_range_is_moved_there_by_transpose(tmp_path, capsys, monkeypatch):
+    """The refusal of a melody an octave too high names the --transpose that fits; with it, the melody comes back
+    note for note an octave lower, and its key signature moves with it."""
+    import mido
+    import pretty_midi
+
+    tune = pretty_midi.PrettyMIDI()
+    line = pretty_midi.Instrument(0, name="Tune")
+    line.notes = [pretty_midi.Note(80, pitch, 0.5 * i, 0.5 * i + 0.5) for i, pitch in enumerate([100, 102, 104, 105, 107])]
+    tune.instruments.append(line)
+    tune.key_signature_changes = [pretty_midi.KeySignature(pretty_midi.key_name_to_key_number("E major"), 0.0)]
+    tune.write(str(tmp_path / "high.mid"))
+    argv = ["generate", "--model", "music", "--out", str(tmp_path / "out"), "--harmonize", str(tmp_path / "high.mid"),
+            "--parts", "2", "3", "--no-audio", "--seed", "0"]  # fmt: skip
+    monkeypatch.delenv("MULTIMODAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert capsys.readouterr().err.rstrip().endswith("transposed by -12 semitones it fits (--transpose -12) "
+                                                     "(--debug shows the traceback)")  # fmt: skip
+    with pytest.raises(SystemExit):  # a first move that falls short: the rest is counted in
+        main([*argv, "--transpose", "-5"])
+    assert "transposed by -12 semitones it fits (--transpose -17)" in capsys.readouterr().err
+    main([*argv, "--transpose", "-12"])
+    written = pretty_midi.PrettyMIDI(str(tmp_path / "out" / "sample_0.mid")).instruments[0].notes
+    assert [n.pitch for n in written] == [88, 90, 92, 93, 95]
+    keys = [m.key for m in mido.merge_tracks(mido.MidiFile(str(tmp_path / "out" / "sample_0.mid")).tracks)
+            if m.type == "key_signature"]  # fmt: skip
+    assert keys == ["E"]  # an octave down: the same key
+    with pytest.raises(SystemExit):
+        main([*argv, "--transpose", "61"])
+    assert "argument --transpose: 61 is not in [-60, 60]" in capsys.readouterr().err
+
+
 def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_path, capsys, monkeypatch):
     """The harmonized MIDI file keeps the tune's tempo (90 a minute) and meter (3/4); --score: the melody stands in
     the MusicXML note for note, in those beats and bars; a score already there is not replaced without --overwrite."""

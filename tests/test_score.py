@@ -121,6 +121,11 @@ def test_the_grid_keeps_the_sources_key_signatures_or_the_key_asked():
     assert [k.key_number for k in beat_grid(source, key="G minor").key_signature_changes] == [
         pretty_midi.key_name_to_key_number("G minor")]
     assert source.instruments and len(source.key_signature_changes) == 2  # the source is untouched
+    up_a_tone = [pretty_midi.key_number_to_key_name(k.key_number) for k in beat_grid(source, transpose=2).key_signature_changes]
+    assert up_a_tone == ["F Major", "C Major"]  # E flat and B flat major a tone up
+    minor = scale_with_signature("B minor")
+    assert [pretty_midi.key_number_to_key_name(k.key_number)
+            for k in beat_grid(minor, transpose=-3).key_signature_changes] == ["G# minor"]  # fmt: skip
 
 
 def file_timing(path):

@@ -47,7 +47,7 @@ def pickup_quarters(grid: pretty_midi.PrettyMIDI) -> float:
 
 def beat_grid(source: str | Path | pretty_midi.PrettyMIDI | None = None, meter: str | None = None,
               pickup: float | None = None, until: float | None = None, key: str | None = None,
-              ) -> pretty_midi.PrettyMIDI:  # fmt: skip
+              transpose: int = 0) -> pretty_midi.PrettyMIDI:  # fmt: skip
     """The beats and bars to write music on: a ``PrettyMIDI`` without notes holding a tempo map, time signatures
     and key signatures.
 
@@ -61,6 +61,8 @@ def beat_grid(source: str | Path | pretty_midi.PrettyMIDI | None = None, meter: 
         until: Seconds after which the source's tempo, time and key signature changes are left out, the last
             before them going on (music continued from the source's first seconds is not the rest of the source).
         key: A key (``"G minor"``) for the key signature instead of the source's.
+        transpose: Semitones the music was moved by from the source's: its key signatures move with it (``key``
+            is the moved music's own).
 
     Raises:
         ValueError: A source that is not MIDI, or a pickup of a bar or more (the message says which).
@@ -72,6 +74,9 @@ def beat_grid(source: str | Path | pretty_midi.PrettyMIDI | None = None, meter: 
         _cut_after(grid, until)
     if key is not None:
         grid.key_signature_changes = [pretty_midi.KeySignature(pretty_midi.key_name_to_key_number(key), 0.0)]
+    elif transpose:  # pretty_midi numbers the major keys 0-11 from C, the minor ones 12-23
+        grid.key_signature_changes = [pretty_midi.KeySignature(k.key_number // 12 * 12 + (k.key_number + transpose) % 12,
+                                                               k.time) for k in grid.key_signature_changes]  # fmt: skip
     grid.time_signature_changes = _changes_only(grid.time_signature_changes, lambda s: (s.numerator, s.denominator))
     grid.key_signature_changes = _changes_only(grid.key_signature_changes, lambda k: k.key_number)
     if meter is not None or pickup is not None:

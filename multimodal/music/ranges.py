@@ -5,7 +5,7 @@ outside the part's range (widened by the training's random transposition) the id
 melody there leaves the model guessing. :func:`part_ranges` records the ranges of a run's training pieces (a
 model folder keeps them in its ``config.json``, ``training_data.part_ranges``); :func:`check_melody_range`
 refuses a melody outside its part's range in one line, naming the range and, where one exists, the octave
-transposition that fits.
+transposition that fits; :func:`transposed` moves music there (``generate --transpose``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,22 @@ def check_melody_range(melody: np.ndarray, span: tuple[int, int] | None, part_na
             else "; it spans more than that range, even transposed by octaves")  # fmt: skip
     raise ValueError(f"{source}: its notes go from {low} to {high} (MIDI pitch), outside the range {part_name} had in "
                      f"the model's training music, {span[0]} to {span[1]}{hint}")  # fmt: skip
+
+
+def transposed(notes: np.ndarray, semitones: int, source: str = "the music") -> np.ndarray:
+    """A copy of a notes array ``(n, 4+)`` with every pitch moved by ``semitones``.
+
+    Raises:
+        ValueError: A pitch would leave MIDI's 0..127 (the message names ``source`` and its lowest and highest).
+    """
+    moved = np.array(notes, dtype=np.float64, copy=True)
+    if len(moved) and semitones:
+        low, high = int(moved[:, 0].min()), int(moved[:, 0].max())
+        if not 0 <= low + semitones <= high + semitones <= 127:
+            raise ValueError(f"{source}: its notes go from {low} to {high} (MIDI pitch); moved by {semitones:+d} "
+                             "semitones they would leave MIDI's 0 to 127")  # fmt: skip
+        moved[:, 0] += semitones
+    return moved
 
 
 def part_chord_sizes(pieces: Iterable[np.ndarray], num_parts: int, time_step: float = 0.01) -> list[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import tempfile
 import warnings
@@ -44,7 +45,7 @@ from multimodal.music.harmonize import (
     read_melody,
 )
 from multimodal.music.instruments import with_part_names, with_programs
-from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges
+from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges, transposed
 from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.music.sheet_music import is_sheet_music, sheet_music_to_midi
 from multimodal.music.tonality import key_emphasis
@@ -88,6 +89,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write <name>.musicxml, sheet music with a staff per part, in the primer's or "
                              "melody's meters, tempi and pickup (else --meter, else 4/4 at 120) and key (--key, "
                              "else the key music21 finds); MuseScore opens it")  # fmt: skip
+    parser.add_argument("--transpose", type=_semitones, default=0, metavar="SEMITONES",
+                        help="move the given music (melody, primer, piece) by this many semitones first, e.g. -12 "
+                             "for a melody an octave above its part's range, -2 to sing a hymn a tone lower; the "
+                             "files come back in the new key")  # fmt: skip
     parser.add_argument("--pickup", type=non_negative_float, default=None, metavar="BEATS",
                         help="the music starts this many beats of its meter before bar 1's downbeat (an upbeat; "
                              "0: none): the bars of --infill, the MIDI file and --score count from the first full "
@@ -196,6 +201,19 @@ def _sheet_music_read_as_midi(args: argparse.Namespace) -> Iterator[None]:
                         setattr(args, option, Path(path))
 
 
+def _transposed(notes: np.ndarray, args: argparse.Namespace, source: str) -> np.ndarray:
+    """The given music moved by ``--transpose`` (:func:`~multimodal.music.ranges.transposed`)."""
+    try:
+        return transposed(notes, args.transpose, source)
+    except ValueError as error:
+        raise ValueError(f"--transpose {args.transpose:+d}: {error}") from None
+
+
+def _semitones(text: str) -> int:
+    """``--transpose``: a whole number of semitones within five octaves either way."""
+    return count(60, low=-60)(text)
+
+
 def _as_given(args: argparse.Namespace, text: str) -> str:
     """``text`` with the temporary MIDI files of sheet music named as the user gave them."""
     for midi, path in getattr(args, "given", {}).items():
@@ -211,6 +229,7 @@ def _continue(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespa
     title = None  # the score's: the piece continued (none from nothing)
     if args.primer is not None:
         notes, source = read_primer(args.primer, tokenizer), _as_given(args, str(args.primer))
+        notes = _transposed(notes, args, source)
         title = f"{Path(source).stem}, continued"
         if not len(notes[notes[:, 1] < args.primer_seconds]) and args.primer_seconds > 0:
             raise ValueError(f"{args.primer}: no note (outside drum tracks) starts in its first "
@@ -222,6 +241,7 @@ def _continue(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespa
     else:
         held_out = run_pieces(data, "val")
         notes, source = held_out.notes[0], f"held-out piece {held_out.names[0]}"
+        notes = _transposed(notes, args, source)
         title = f"{held_out.names[0]}, continued"
     primer = primer_ids(notes, tokenizer, args.primer_seconds, _controls_from(args))
     grid = _beat_grid(args, args.primer, until=args.primer_seconds)
@@ -252,11 +272,16 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         melody = read_melody(args.harmonize, args.melody_track)
     except ValueError as error:  # the option that picks a track named
         raise ValueError(str(error).replace("choose one of its", "choose with --melody-track one of its")) from None
+    melody = _transposed(melody, args, _as_given(args, str(args.harmonize)))
     grid = _beat_grid(args, args.harmonize)
     facts = model_training_data(getattr(args, "model_source", None), data)
     if facts.get("part_ranges") is not None:
-        check_melody_range(melody, facts["part_ranges"][melody_part], tokenizer.config.part_name(melody_part),
-                           str(args.harmonize))  # fmt: skip
+        try:
+            check_melody_range(melody, facts["part_ranges"][melody_part], tokenizer.config.part_name(melody_part),
+                               str(args.harmonize))  # fmt: skip
+        except ValueError as error:  # the option that moves it there, counting a --transpose already given
+            fits = re.search(r"transposed by ([+-]\d+) semitones it fits", str(error))
+            raise ValueError(f"{error} (--transpose {args.transpose + int(fits.group(1)):+d})" if fits else str(error)) from None
     paths = harmonize_to_files(
         model, tokenizer, melody, args.out, _sampling(args, tokenizer), melody_part=melody_part, parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
@@ -278,7 +303,7 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         raise ValueError("--infill: give the piece with --primer FILE (one file; no --num-beams)")
     asked = " ".join(args.infill)
     parts = None if args.parts is None else [_part(tokenizer, part, "--parts") for part in args.parts]
-    notes = read_primer(args.primer, tokenizer)
+    notes = _transposed(read_primer(args.primer, tokenizer), args, _as_given(args, str(args.primer)))
     grid = _beat_grid(args, args.primer)
     try:
         start, end = span_seconds(*args.infill, grid)
@@ -309,7 +334,7 @@ def _beat_grid(args: argparse.Namespace, source: Path | None, until: float | Non
     if source is None and meter is None and args.pickup is None and key is None:
         return None
     try:
-        return beat_grid(source, meter, args.pickup, until, key)
+        return beat_grid(source, meter, args.pickup, until, key, args.transpose)
     except ValueError as error:  # the source was read before: what is left is the pickup
         raise ValueError(f"--{error}") from None
 
@@ -390,7 +415,7 @@ def _continue_folder(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.
     primers, grids, skipped = {}, {}, []
     for path in sorted(p for p in args.primer.rglob("*") if p.suffix.lower() in (".mid", ".midi")):
         try:
-            notes = read_primer(path, tokenizer)
+            notes = _transposed(read_primer(path, tokenizer), args, str(path))
         except ValueError as error:
             skipped.append(str(error))
             continue
