@@ -243,6 +243,21 @@ def test_a_melody_above_its_parts_range_is_moved_there_by_transpose(tmp_path, ca
     with pytest.raises(SystemExit):
         main([*argv, "--transpose", "61"])
     assert "argument --transpose: 61 is not in [-60, 60]" in capsys.readouterr().err
+    # the page: the same refusal names its box, and the box moves the melody
+    import gradio as gr
+
+    from multimodal.pretrained import resolve_model
+    from tasks.checkpoint import load_task
+    from tasks.serve.music import MusicSession
+
+    session = MusicSession(*load_task(resolve_model("music")), resolve_model("music"))
+    with pytest.raises(gr.Error, match="transposed by -12 semitones it fits \\(transpose: -12\\)"):
+        session.answer(None, str(tmp_path / "high.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize")
+    *_, page_midi, _, _ = session.answer(None, str(tmp_path / "high.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize",
+                                         transpose=-12)  # fmt: skip
+    assert [n.pitch for n in pretty_midi.PrettyMIDI(page_midi).instruments[0].notes] == [88, 90, 92, 93, 95]
+    with pytest.raises(gr.Error, match="transpose \\(semitones\\): expected a whole number, got 1.5"):
+        session.answer(None, str(tmp_path / "high.mid"), 3.0, 32, 1.0, 0.95, 0, action="harmonize", transpose=1.5)
 
 
 def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_path, capsys, monkeypatch):

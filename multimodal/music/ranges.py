@@ -35,19 +35,28 @@ def part_ranges(pieces: Iterable[np.ndarray], num_parts: int, transpose: int = 0
             for low, high in zip(lowest, highest, strict=True)]  # fmt: skip
 
 
+class OutOfRange(ValueError):
+    """A melody outside its part's range; ``shift``: the octave transposition (semitones) that fits, None if none."""
+
+    def __init__(self, message: str, shift: int | None) -> None:
+        super().__init__(message)
+        self.shift = shift
+
+
 def check_melody_range(melody: np.ndarray, span: tuple[int, int] | None, part_name: str, source: str = "melody") -> None:
-    """Raises ``ValueError`` (one line) when a notes array ``(n, 4+)``'s pitches leave ``span``, the range of the
-    part it goes in (:func:`part_ranges`; None: the part had no notes in training, which is refused too)."""
+    """Raises :class:`OutOfRange` (a ``ValueError``, one line) when a notes array ``(n, 4+)``'s pitches leave
+    ``span``, the range of the part it goes in (:func:`part_ranges`; None: the part had no notes in training, which
+    is refused too)."""
     low, high = int(melody[:, 0].min()), int(melody[:, 0].max())
     if span is None:
-        raise ValueError(f"{source}: the model never saw a note in {part_name} in training; choose another part")
+        raise OutOfRange(f"{source}: the model never saw a note in {part_name} in training; choose another part", None)
     if span[0] <= low and high <= span[1]:
         return
     fits = [shift for shift in range(-120, 121, 12) if span[0] <= low + shift and high + shift <= span[1]]
     hint = (f"; transposed by {min(fits, key=abs):+d} semitones it fits" if fits
             else "; it spans more than that range, even transposed by octaves")  # fmt: skip
-    raise ValueError(f"{source}: its notes go from {low} to {high} (MIDI pitch), outside the range {part_name} had in "
-                     f"the model's training music, {span[0]} to {span[1]}{hint}")  # fmt: skip
+    raise OutOfRange(f"{source}: its notes go from {low} to {high} (MIDI pitch), outside the range {part_name} had in "
+                     f"the model's training music, {span[0]} to {span[1]}{hint}", min(fits, key=abs) if fits else None)  # fmt: skip
 
 
 def transposed(notes: np.ndarray, semitones: int, source: str = "the music") -> np.ndarray:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import sys
 import tempfile
 import warnings
@@ -45,7 +44,7 @@ from multimodal.music.harmonize import (
     read_melody,
 )
 from multimodal.music.instruments import with_part_names, with_programs
-from multimodal.music.ranges import check_melody_range, part_chord_sizes, part_ranges, transposed
+from multimodal.music.ranges import OutOfRange, check_melody_range, part_chord_sizes, part_ranges, transposed
 from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.music.sheet_music import is_sheet_music, sheet_music_to_midi
 from multimodal.music.tonality import key_emphasis
@@ -279,9 +278,9 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         try:
             check_melody_range(melody, facts["part_ranges"][melody_part], tokenizer.config.part_name(melody_part),
                                str(args.harmonize))  # fmt: skip
-        except ValueError as error:  # the option that moves it there, counting a --transpose already given
-            fits = re.search(r"transposed by ([+-]\d+) semitones it fits", str(error))
-            raise ValueError(f"{error} (--transpose {args.transpose + int(fits.group(1)):+d})" if fits else str(error)) from None
+        except OutOfRange as error:  # the option that moves it there, counting a --transpose already given
+            move = "" if error.shift is None else f" (--transpose {args.transpose + error.shift:+d})"
+            raise ValueError(f"{error}{move}") from None
     paths = harmonize_to_files(
         model, tokenizer, melody, args.out, _sampling(args, tokenizer), melody_part=melody_part, parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,

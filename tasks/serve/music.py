@@ -28,7 +28,7 @@ from multimodal.music import (
 from multimodal.music.bars import beat_grid, span_seconds
 from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.instruments import with_programs
-from multimodal.music.ranges import check_melody_range
+from multimodal.music.ranges import OutOfRange, check_melody_range, transposed
 from multimodal.music.score import keep_timing, write_musicxml
 from multimodal.music.sheet_music import SHEET_MUSIC_SUFFIXES, is_sheet_music, sheet_music_to_midi
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
@@ -38,6 +38,7 @@ from tasks.serve.checks import SEEDS, bounded
 
 # the widgets' bounds, checked again in the function: a request through the API can send anything
 SECONDS, NEW_EVENTS, TEMPERATURE, TOP_P, GUIDANCE = (1, 30), (16, 1024), (0.1, 1.5), (0.5, 1.0), (0.0, 5.0)
+TRANSPOSE = (-60, 60)  # semitones (multimodal.music.ranges.transposed)
 PICKUP_BEATS = (0.0, 15.0)  # an upbeat shorter than a bar of 16/x (multimodal.music.bars.beat_grid)
 KEY_EMPHASIS = (0.0, 3.0)  # nats on the tonic chord's pitches (multimodal.music.tonality)
 NOTHING = "(nothing: the controls lead)"  # the piece choice that starts from silence
@@ -81,7 +82,7 @@ class MusicSession:
         density: float | None = None, action: str = "continue", guidance_scale: float = 1.0,
         avoid_parallels: bool = False, key_emphasis: float = 0.0, parts: list[str] | None = None,
         gap_from: str = "", gap_to: str = "", instrument: str = "", pickup: float | str | None = None,
-        melody_track: str = "",
+        melody_track: str = "", transpose: float = 0,
     ) -> tuple[str | None, str | None, str | None, str]:
         """``(wav, piano roll png, midi, message)`` for a held-out ``piece``, an uploaded MIDI file (it wins)
         or :data:`NOTHING` (the controls alone lead); ``style``/``key``/``meter``/``density`` direct a model
@@ -97,8 +98,9 @@ class MusicSession:
         the model's own; :func:`~multimodal.music.instruments.with_programs`). ``pickup``: beats of the meter before
         the upload's bar 1 (None: the upload's own short first bar, if any; :func:`~multimodal.music.bars.beat_grid`),
         for its bars and the written file's. ``melody_track``: the upload's track that holds the melody to harmonize
-        (a number from 1 or a name; empty: all its notes; :func:`~multimodal.music.harmonize.read_melody`). A
-        ``gradio.Error`` (one line) for
+        (a number from 1 or a name; empty: all its notes; :func:`~multimodal.music.harmonize.read_melody`).
+        ``transpose``: semitones the given music (piece, upload, melody) moves by first
+        (:func:`~multimodal.music.ranges.transposed`). A ``gradio.Error`` (one line) for
         an upload that is not MIDI, a setting outside its widget's bounds, a gap that cannot be read, an
         instrument General MIDI does not have, or a control the model does not know."""
         import gradio as gr
@@ -112,6 +114,7 @@ class MusicSession:
         guidance_scale = bounded("guidance", guidance_scale, *GUIDANCE)
         key_emphasis = bounded("key emphasis", key_emphasis, *KEY_EMPHASIS)
         pickup = pickup_beats(pickup)
+        transpose = int(bounded("transpose (semitones)", transpose or 0, *TRANSPOSE, whole=True))
         try:
             controls = parse_controls(style or None, key or None, meter or None, density or None)
         except ValueError as error:
@@ -129,10 +132,11 @@ class MusicSession:
         except ValueError as error:
             raise gr.Error(f"Instrument: {str(error).removeprefix('instruments: ')}") from None
         if action == "harmonize":
-            return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts, writer, melody_track)
+            return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts, writer, melody_track,
+                                   transpose)  # fmt: skip
         if action == "infill":
             return self._infill(piece, upload, (gap_from, gap_to), controls, sampling, seed, avoid_parallels, parts,
-                                writer, pickup)  # fmt: skip
+                                writer, pickup, transpose)  # fmt: skip
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), self.shown(upload)
@@ -147,6 +151,10 @@ class MusicSession:
         except ValueError as error:  # not MIDI, or broken: one line on the page, an error through the API
             reason = " ".join(str(error).replace(str(upload), self.shown(upload)).split())
             raise gr.Error(f"Could not read the upload: {reason}") from None
+        try:
+            notes = transposed(notes, transpose, source)
+        except ValueError as error:
+            raise gr.Error(f"Transpose: {error}") from None
         try:
             primer = primer_ids(notes, self.tokenizer, seconds, controls)
             unconditional_prompt(self.tokenizer, primer, sampling)  # refuses guidance without controls
@@ -171,7 +179,8 @@ class MusicSession:
         key = KEYS[parse_key(asked["key"])] if asked.get("key") else None
         continued = asked.get("action", "continue") == "continue"
         grid = self.beat_grid(self.upload_as_midi(asked.get("upload")), asked.get("meter"), pickup_beats(asked.get("pickup")),
-                              until=asked.get("seconds") if continued else None, key=key)  # fmt: skip
+                              until=asked.get("seconds") if continued else None, key=key,
+                              transpose=int(asked.get("transpose") or 0))  # fmt: skip
         if grid is not None:
             keep_timing(midi, grid)
         upload, piece = asked.get("upload"), asked.get("piece")
@@ -209,7 +218,7 @@ class MusicSession:
         return Path(given).name
 
     def beat_grid(self, upload: str | None, meter: str | None, pickup: float | None, until: float | None = None,
-                  key: str | None = None) -> pretty_midi.PrettyMIDI | None:  # fmt: skip
+                  key: str | None = None, transpose: int = 0) -> pretty_midi.PrettyMIDI | None:  # fmt: skip
         """The beats, bars and key signature of the music written from ``upload`` (its tempo map, meters, pickup and
         key signatures up to ``until`` seconds), the ``meter``, ``pickup`` and ``key`` chosen overriding
         (:func:`~multimodal.music.bars.beat_grid`); None when there is none of them. A ``gradio.Error`` for an
@@ -220,7 +229,7 @@ class MusicSession:
         if not upload and meter is None and pickup is None and key is None:
             return None
         try:
-            return beat_grid(upload or None, meter, pickup, until, key)
+            return beat_grid(upload or None, meter, pickup, until, key, transpose)
         except ValueError as error:
             reason = str(error).replace(str(upload), self.shown(upload)) if upload else str(error)
             raise gr.Error(f"Could not read the upload: {reason}" if "MIDI" in reason else reason.capitalize()) from None
@@ -256,7 +265,7 @@ class MusicSession:
 
     def _harmonize(self, upload: str | None, controls, sampling: SamplingConfig, seed: int,
                    avoid_parallels: bool, parts: list[str] | None, writer: Any, melody_track: str = "",
-                   ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
+                   transpose: int = 0) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The uploaded melody (its notes kept exactly, all of them or those of ``melody_track``) with the other
         parts, or the named ``parts``, written; ``writer``: the tokenizer that writes the files (the model's, or a
         copy with the instrument asked)."""
@@ -269,9 +278,14 @@ class MusicSession:
             raise gr.Error(f"{names[0]} holds the melody: choose the parts to write among {', '.join(names[1:])}.")
         try:
             melody = read_melody(upload, (melody_track or "").strip() or None, self.shown(upload))
+            melody = transposed(melody, transpose, self.shown(upload))
             if self.facts.get("part_ranges") is not None:
-                check_melody_range(melody, self.facts["part_ranges"][0], self.tokenizer.config.part_name(0),
-                                   self.shown(upload))  # fmt: skip
+                try:
+                    check_melody_range(melody, self.facts["part_ranges"][0], self.tokenizer.config.part_name(0),
+                                       self.shown(upload))  # fmt: skip
+                except OutOfRange as error:  # the page's box that moves it there
+                    move = "" if error.shift is None else f" (transpose: {transpose + error.shift})"
+                    raise ValueError(f"{error}{move}") from None
             (path,) = harmonize_to_files(self.task.model, writer, melody, self._request_folder(),
                                          sampling, controls=controls, parts=chosen,
                                          chord_sizes=self.facts.get("chord_sizes"),
@@ -288,7 +302,7 @@ class MusicSession:
 
     def _infill(self, piece: str | None, upload: str | None, gap: tuple[str, str], controls, sampling: SamplingConfig,
                 seed: int, avoid_parallels: bool, parts: list[str] | None, writer: Any, pickup: float | None = None,
-                ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
+                transpose: int = 0) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew
         (bars of the upload after its ``pickup``); ``writer`` as :meth:`_harmonize`'s."""
         import gradio as gr
@@ -301,6 +315,7 @@ class MusicSession:
                 notes, source = self.pieces[piece], f"held-out piece {piece}"
             else:
                 return None, None, None, "Choose a held-out piece or upload a MIDI file or sheet music to fill a gap in."
+            notes = transposed(notes, transpose, source)
             start, end = span_seconds(*gap, beat_grid(upload, pickup=pickup) if upload else None)
             if not len(notes) or start >= float(notes[:, 2].max()):
                 raise ValueError(f"{source} ends before the gap starts")
@@ -343,6 +358,8 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 seed = gr.Number(0, precision=0, minimum=SEEDS[0], maximum=SEEDS[1], label="seed")
                 pickup = gr.Textbox("", label="pickup: beats before the upload's bar 1 (empty: its own, if it writes "
                                               "one; 0: none)")  # fmt: skip
+                transpose = gr.Number(0, precision=0, minimum=TRANSPOSE[0], maximum=TRANSPOSE[1],
+                                      label="transpose the piece or melody given (semitones; -12: an octave down)")
                 instrument = gr.Dropdown(["", *pretty_midi.INSTRUMENT_MAP], value="", visible=session.can_orchestrate(),
                                          label="instrument of every part (empty: the model's, the piano)")  # fmt: skip
                 action = gr.Radio([(ACTIONS[name], name) for name in actions], value="continue",
@@ -375,6 +392,6 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 score = gr.File(label="score (MusicXML: MuseScore, Finale, Sibelius, Dorico)")
         button.click(session.answer, [piece, upload, seconds, length, temperature, top_p, seed, style,
                                       key, meter, density, action, guidance, avoid_parallels, emphasis,
-                                      parts, gap_from, gap_to, instrument, pickup, melody_track],
+                                      parts, gap_from, gap_to, instrument, pickup, melody_track, transpose],
                      [audio, roll, midi, score, message], api_name="continue")  # fmt: skip
     return page
