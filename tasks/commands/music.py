@@ -70,8 +70,9 @@ CONTINUATION_IDS = 512
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``multimodal generate`` for music checkpoints."""
     parser.add_argument("--primer", type=Path,
-                        help="MIDI file to continue (default: a held-out chorale), or a folder: each file "
-                             "continued once, --batch-size at a time, into <name>.mid/.png/.wav")  # fmt: skip
+                        help="MIDI file or sheet music (MusicXML, ABC) to continue (default: a held-out chorale), or "
+                             "a folder: each MIDI file continued once, --batch-size at a time, into "
+                             "<name>.mid/.png/.wav")  # fmt: skip
     parser.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), default=8,
                         help=f"a folder of primers: files per batch (at most {MAX_BATCH_SIZE:,})")  # fmt: skip
     parser.add_argument("--primer-seconds", type=non_negative_float, default=5.0,
@@ -101,8 +102,9 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
                              "one for all parts or one a part in order (e.g. 'Choir Aahs', or Flute Violin Viola "
                              "Cello; default: the model's, the piano; docs/music.md)")  # fmt: skip
     harmony = parser.add_argument_group("harmonize (models trained with parts, data.num_parts > 1; docs/music.md)")
-    harmony.add_argument("--harmonize", type=Path, metavar="MELODY.mid",
-                         help="write the other parts around this one-line melody (its notes kept exactly)")
+    harmony.add_argument("--harmonize", type=Path, metavar="MELODY",
+                         help="write the other parts around this one-line melody, a MIDI file or sheet music "
+                              "(MusicXML, ABC; its notes kept exactly)")  # fmt: skip
     harmony.add_argument("--part-names", nargs="+", metavar="NAME",
                          help="call the parts this, in order (e.g. Soprano Alto Tenor Bass): the MIDI tracks, the "
                               "score's staves, the piano roll's legend, and names --parts and --melody-part take")  # fmt: skip

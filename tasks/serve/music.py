@@ -135,8 +135,9 @@ class MusicSession:
             return self._harmonize(upload, controls, sampling, seed, avoid_parallels, parts, writer, melody_track,
                                    transpose)  # fmt: skip
         if action == "infill":
+            bars = self.beat_grid(upload, meter, pickup) if upload else None  # the upload's, as its file is written
             return self._infill(piece, upload, (gap_from, gap_to), controls, sampling, seed, avoid_parallels, parts,
-                                writer, pickup, transpose)  # fmt: skip
+                                writer, bars, transpose)  # fmt: skip
         try:
             if upload:
                 notes, source = read_primer(upload, self.tokenizer), self.shown(upload)
@@ -193,7 +194,7 @@ class MusicSession:
         return wav, roll, midi, None if score is None else str(score), message
 
     def upload_as_midi(self, upload: str | None) -> str | None:
-        """The upload as a MIDI file: itself, or a MIDI file (named as it) of an upload of sheet music, MusicXML or ABC
+        """The upload as a MIDI file: itself, or a MIDI file (named after it) of an upload of sheet music, MusicXML or ABC
         (:func:`~multimodal.music.sheet_music.sheet_music_to_midi`, once per upload). A ``gradio.Error`` for sheet
         music music21 cannot read."""
         import gradio as gr
@@ -301,10 +302,11 @@ class MusicSession:
                 f"{self.shown(upload)}: {len(melody)} notes kept as the {part}; the model wrote {written}.")
 
     def _infill(self, piece: str | None, upload: str | None, gap: tuple[str, str], controls, sampling: SamplingConfig,
-                seed: int, avoid_parallels: bool, parts: list[str] | None, writer: Any, pickup: float | None = None,
-                transpose: int = 0) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
+                seed: int, avoid_parallels: bool, parts: list[str] | None, writer: Any,
+                bars: pretty_midi.PrettyMIDI | None = None, transpose: int = 0,
+                ) -> tuple[str | None, str | None, str | None, str]:  # fmt: skip
         """The upload (or held-out ``piece``) with the notes of ``parts`` (all) that start in the ``gap`` written anew
-        (bars of the upload after its ``pickup``); ``writer`` as :meth:`_harmonize`'s."""
+        (a gap in bars: those of the upload's :meth:`beat_grid` ``bars``); ``writer`` as :meth:`_harmonize`'s."""
         import gradio as gr
 
         chosen = self._chosen_parts(parts)
@@ -316,7 +318,7 @@ class MusicSession:
             else:
                 return None, None, None, "Choose a held-out piece or upload a MIDI file or sheet music to fill a gap in."
             notes = transposed(notes, transpose, source)
-            start, end = span_seconds(*gap, beat_grid(upload, pickup=pickup) if upload else None)
+            start, end = span_seconds(*gap, bars)
             if not len(notes) or start >= float(notes[:, 2].max()):
                 raise ValueError(f"{source} ends before the gap starts")
             (path,) = infill_to_files(self.task.model, writer, notes, start, end, self._request_folder(),
