@@ -76,6 +76,7 @@ class Measured(NamedTuple):
     model: torch.nn.Module  # in eval mode
     tokenizer: Any
     chord_sizes: list[int] | None  # what the command bounds the written parts by
+    part_ranges: list | None  # the pitch range the command keeps each written part in
     train: Any  # the Bach corpus's training split (a MidiCorpus), by the model's run's percentages
     test: Any  # its test split
     chosen: list[int]  # the test pieces with all four voices (at most the asked number)
@@ -92,20 +93,20 @@ def load_measured(model_name: str, pieces: int | None = None) -> Measured:
     torch.set_num_threads(2)
     loaded = load_task(resolve_model(model_name))
     model, tokenizer, data = loaded.task.model.eval(), loaded.tokenizer, loaded.data
-    chord_sizes = model_training_data(resolve_model(model_name), data).get("chord_sizes")
+    facts = model_training_data(resolve_model(model_name), data)
     percents = data.get("validation_percent", 10), data.get("test_percent", 10)
     corpus = load_music21_corpus(["bach"], num_parts=data.get("num_parts", 5))
     test = corpus.split("test", *percents)
     chosen = [i for i, notes in enumerate(test.notes) if set(VOICES) <= set(notes[:, 4].astype(int).tolist())]
-    return Measured(model, tokenizer, chord_sizes, corpus.split("train", *percents), test,
-                        chosen[:pieces] if pieces else chosen)  # fmt: skip
+    return Measured(model, tokenizer, facts.get("chord_sizes"), facts.get("part_ranges"), corpus.split("train", *percents),
+                    test, chosen[:pieces] if pieces else chosen)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> None:
     from multimodal.layers.quantize import quantize_model
     from multimodal.music.harmonize import harmonize
 
-    model, tokenizer, chord_sizes, train, test, chosen = load_measured(args.model, args.pieces)
+    model, tokenizer, chord_sizes, bounds, train, test, chosen = load_measured(args.model, args.pieces)
     ranges = part_ranges(train.notes, len(VOICES))  # as Bach wrote them: no transposition
     real = [cut(test.notes[i], args.seconds) for i in chosen]
     day = datetime.date.today().isoformat()
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> None:
             started = time.perf_counter()
             ids = harmonize(model, tokenizer, soprano, parts=[1, 2, 3], controls=test.controls[index], top_p=0.95,
                             generator=torch.Generator().manual_seed(seed * 1000 + index),
-                            avoid_parallels=args.avoid_parallels, chord_sizes=chord_sizes)  # fmt: skip
+                            avoid_parallels=args.avoid_parallels, chord_sizes=chord_sizes, part_ranges=bounds)  # fmt: skip
             seconds.append(time.perf_counter() - started)
             generated.append(tokenizer.decode_notes(ids))
             kept, given = generated[-1][generated[-1][:, 4] == 0], on_grid(tokenizer, soprano)

@@ -56,7 +56,7 @@ def main() -> None:
 def run(args: argparse.Namespace) -> None:
     from multimodal.music.harmonize import infill
 
-    model, tokenizer, chord_sizes, _, test, chosen = load_measured(args.model, args.pieces)
+    model, tokenizer, chord_sizes, bounds, _, test, chosen = load_measured(args.model, args.pieces)
     pieces = [on_grid(tokenizer, cut(test.notes[i], args.seconds)) for i in chosen]
     spans = [(round(0.4 * piece[:, 2].max(), 2), round(0.4 * piece[:, 2].max(), 2) + args.span) for piece in pieces]
     real = [seams(piece, piece, *span) for piece, span in zip(pieces, spans, strict=True)]
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> None:
         for index, piece, (start, end) in zip(chosen, pieces, spans, strict=True):
             started = time.perf_counter()
             ids = infill(model, tokenizer, piece, start, end, parts=list(VOICES), controls=test.controls[index],
-                         top_p=0.95, chord_sizes=chord_sizes, generator=torch.Generator().manual_seed(seed * 1000 + index))  # fmt: skip
+                         top_p=0.95, chord_sizes=chord_sizes, part_ranges=bounds,
+                         generator=torch.Generator().manual_seed(seed * 1000 + index))  # fmt: skip
             seconds.append(time.perf_counter() - started)
             filled = tokenizer.decode_notes(ids)
             assert exact(outside(filled, start, end)) == exact(outside(piece, start, end)), "outside the span: unchanged"

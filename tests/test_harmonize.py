@@ -482,3 +482,38 @@ def test_the_melody_of_a_hymn_is_one_of_its_tracks_by_number_or_name(tmp_path):
     for track in ("Descant", "5", "0"):
         with pytest.raises(ValueError, match=f"hymn.mid: no track '{track}' with notes; its tracks: {tracks}$"):
             read_melody(tmp_path / "hymn.mid", track)
+
+
+class Lowballer(Ostinato):
+    """Wants part 1's lowest A (MIDI 21) above all, then its D an octave and a half up, at every onset."""
+
+    def forward(self, tokens, state=None):
+        tokenizer, last = self.tokenizer, int(tokens[0, -1])
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
+        if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
+            logits[..., self.duration] = 30.0
+        else:
+            logits[..., tokenizer.pitch_offset + 128 + 21] = 30.0
+            logits[..., tokenizer.pitch_offset + 128 + 50] = 25.0
+            logits[..., tokenizer.time_shift_offset + 24] = 20.0
+        return logits
+
+
+@TOKENIZERS
+def test_part_ranges_keep_the_models_notes_in_each_parts_range(tokenizer):
+    line = melody(np.random.default_rng(5), num_notes=8)
+    given = np.column_stack([line, np.zeros(len(line))])
+
+    def pitches(part_ranges):
+        ids = harmonize(Lowballer(tokenizer), tokenizer, given, parts=[1], max_new_tokens=300, top_k=1,
+                        part_ranges=part_ranges, lookahead=RICHEST[id(tokenizer)])  # fmt: skip
+        notes = tokenizer.decode_notes(ids)
+        assert exact(notes[notes[:, 4] == 0]) == exact(line)  # the melody is not the rule's business
+        return set(notes[notes[:, 4] == 1][:, 0].astype(int).tolist())
+
+    assert 21 in pitches(None)  # unbounded, the model writes its low A
+    assert pitches([None, (40, 72), None, None]) == {50}  # its next choice, the first inside the range
+    pieces = np.column_stack([line, np.ones(len(line))])  # infill keeps a rewritten part in its range too
+    filled = tokenizer.decode_notes(infill(Lowballer(tokenizer), tokenizer, pieces, 1.0, 4.0, parts=[1], top_k=1,
+                                           part_ranges=[None, (40, 72)]))  # fmt: skip
+    assert set(filled[filled[:, 4] == 1][:, 0].astype(int).tolist()) - set(line[:, 0].astype(int).tolist()) <= {50}

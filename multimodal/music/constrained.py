@@ -71,6 +71,7 @@ def constrained_decode(
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
     chord_sizes: list[int] | None = None,
+    part_ranges: list[tuple[int, int] | None] | None = None,
     block: tuple[float, np.ndarray] | None = None,
     announce: bool = True,
     read_ahead: bool = False,
@@ -88,7 +89,8 @@ def constrained_decode(
     :func:`new_ids_budget` of the window; given notes not reached by then are appended, alone, with a warning
     saying where the new parts stop). ``avoid_parallels``: one note at a time in each of ``parts``, and
     no new pitch that makes parallel fifths or octaves (:class:`~multimodal.music.voice_leading.ParallelsRule`).
-    ``block``: ``(split seconds, the given notes from the window's end on)`` with infilling ids — before time
+    ``part_ranges``: each part's ``(lowest, highest)`` MIDI pitch, the model's notes kept inside it (by part; None,
+    or a part's None: no bound; :func:`~multimodal.music.ranges.part_ranges`). ``block``: ``(split seconds, the given notes from the window's end on)`` with infilling ids — before time
     reaches ``split`` (a shift the model samples past it is dropped), the decoder reads ``GAP … AFTER … MIDDLE``
     (:meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.infill_block`) and goes on from the
     last onset before it, as :meth:`~multimodal.tokenizers.midi_duration.MidiDurationTokenizer.encode_infilling`
@@ -111,7 +113,7 @@ def constrained_decode(
     kept = score.given[np.isin(score.given[:, 4], parts)] if len(score.given) else score.given
     notes = _ModelNotes(tokenizer, parts, kept, NoteEnds.of(tokenizer, window[1]) if note_ends is None else note_ends,
                         chord_sizes, avoid_parallels)  # fmt: skip
-    banned = banned_ids(tokenizer, parts)  # ids the model may not write in the window
+    banned = banned_ids(tokenizer, parts, part_ranges)  # ids the model may not write in the window
     outside = banned.clone()
     outside[tokenizer.pitch_offset : tokenizer.duration_offset] = True  # no new note outside the window
     shift_ids = tokenizer.time_shift_offset + torch.arange(tokenizer.config.num_time_shifts)
@@ -456,15 +458,19 @@ class NoteEnds:
         return latest
 
 
-def banned_ids(tokenizer: MidiDurationTokenizer, parts: list[int]) -> torch.Tensor:
+def banned_ids(tokenizer: MidiDurationTokenizer, parts: list[int],
+               part_ranges: list[tuple[int, int] | None] | None = None) -> torch.Tensor:  # fmt: skip
     """bool ``(vocab,)``: the ids the decoder never lets the model write inside the window — the PITCH ids of
-    parts not in ``parts``, every AHEAD and infilling id (given notes come from the caller, never from the
-    model), and PAD, BOS and the control ids (they open a sequence, which the caller writes)."""
+    parts not in ``parts`` (and of pitches outside a part's ``part_ranges`` entry, when given), every AHEAD and
+    infilling id (given notes come from the caller, never from the model), and PAD, BOS and the control ids (they
+    open a sequence, which the caller writes)."""
     banned = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
     banned[tokenizer.pitch_offset : tokenizer.duration_offset] = True
     for part in parts:
         offset = tokenizer.pitch_offset + part * NUM_PITCHES
-        banned[offset : offset + NUM_PITCHES] = False
+        span = part_ranges[part] if part_ranges is not None and part < len(part_ranges) else None
+        low, high = span if span is not None else (0, NUM_PITCHES - 1)
+        banned[offset + low : offset + high + 1] = False
     banned[tokenizer.control_offset :] = True
     banned[[tokenizer.pad_id, tokenizer.bos_id]] = True
     return banned

@@ -114,6 +114,7 @@ def harmonize(
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
     chord_sizes: list[int] | None = None,
+    part_ranges: list[tuple[int, int] | None] | None = None,
     lookahead: str | None = None,
     **options: Any,
 ) -> list[int]:
@@ -136,6 +137,9 @@ def harmonize(
         chord_sizes: The most notes the model may start at one moment in each part (by part; None: no
             bound) — what its training music had (:func:`~multimodal.music.ranges.part_chord_sizes`), which
             the commands pass: a model that loses its way can otherwise pile dozens of notes on one onset.
+        part_ranges: Each part's ``(lowest, highest)`` MIDI pitch in its training music (by part; None: no bound;
+            :func:`~multimodal.music.ranges.part_ranges`, which the commands pass): the model's notes stay inside
+            it, where a lost model would otherwise write a tenor note at MIDI 21.
         lookahead: How the model sees the given notes before they sound (module docstring): ``"none"``
             (the default: sight-reading, each note at its onset only), ``"ahead"`` (AHEAD ids) or
             ``"blocks"`` (``GAP AFTER MIDDLE`` ids). Sight-reading is the default because it scored the
@@ -159,8 +163,8 @@ def harmonize(
         raise ValueError(f"lookahead {lookahead!r}: this model's vocabulary has no {LOOKAHEAD_IDS[lookahead][1]}")
     return constrained_decode(model, tokenizer, given, allowed, (0.0, float(given[:, 2].max())), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, announce=lookahead == "ahead",
-                              read_ahead=lookahead == "blocks", **options)  # fmt: skip
+                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, part_ranges=part_ranges,
+                              announce=lookahead == "ahead", read_ahead=lookahead == "blocks", **options)  # fmt: skip
 
 
 def infill(
@@ -177,6 +181,7 @@ def infill(
     generator: torch.Generator | None = None,
     avoid_parallels: bool = False,
     chord_sizes: list[int] | None = None,
+    part_ranges: list[tuple[int, int] | None] | None = None,
     read_after: float | None = None,
     **options: Any,
 ) -> list[int]:
@@ -220,8 +225,8 @@ def infill(
         block = (split, given[np.rint(given[:, 1] / tokenizer.config.time_step) >= round(end / tokenizer.config.time_step)])
     return constrained_decode(model, tokenizer, given, allowed, (start, end), controls=controls,
                               max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, block=block, note_ends=ends,
-                              **options)  # fmt: skip
+                              avoid_parallels=avoid_parallels, chord_sizes=chord_sizes, part_ranges=part_ranges,
+                              block=block, note_ends=ends, **options)  # fmt: skip
 
 
 def harmonize_to_files(

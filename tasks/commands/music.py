@@ -288,6 +288,7 @@ def _harmonize(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namesp
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
         avoid_parallels=args.avoid_parallels, lookahead=args.lookahead, chord_sizes=facts.get("chord_sizes"),
+        part_ranges=facts.get("part_ranges"),
     )  # fmt: skip
     _keep_timing(paths, args, grid, f"{Path(_as_given(args, str(args.harmonize))).stem}, harmonized")
     print(f"harmonized {_as_given(args, str(args.harmonize))} ({len(melody)} notes in "
@@ -312,12 +313,12 @@ def _infill(model: nn.Module, tokenizer: MidiTokenizer, args: argparse.Namespace
         raise ValueError(f"--infill {asked}: {error}") from None
     if len(notes) == 0 or start >= float(notes[:, 2].max()):
         raise ValueError(f"--infill {asked}: {args.primer} ends before the span starts")
+    facts = model_training_data(getattr(args, "model_source", None), data)
     paths = infill_to_files(
         model, tokenizer, notes, start, end, args.out, _sampling(args, tokenizer), parts=parts,
         controls=_controls_from(args), num_samples=args.num_samples, seed=args.seed,
         max_new_tokens=args.max_new_tokens, audio=not args.no_audio, soundfont=args.soundfont, overwrite=args.overwrite,
-        avoid_parallels=args.avoid_parallels,
-        chord_sizes=model_training_data(getattr(args, "model_source", None), data).get("chord_sizes"),
+        avoid_parallels=args.avoid_parallels, chord_sizes=facts.get("chord_sizes"), part_ranges=facts.get("part_ranges"),
     )  # fmt: skip
     _keep_timing(paths, args, grid, f"{Path(_as_given(args, str(args.primer))).stem}, {start:g}-{end:g} s written anew")
     in_bars = f" ({asked})" if any(span_point(point)[1] for point in args.infill) else ""

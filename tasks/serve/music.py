@@ -290,6 +290,7 @@ class MusicSession:
             (path,) = harmonize_to_files(self.task.model, writer, melody, self._request_folder(),
                                          sampling, controls=controls, parts=chosen,
                                          chord_sizes=self.facts.get("chord_sizes"),
+                                         part_ranges=self.facts.get("part_ranges"),
                                          seed=seed, audio=True,  # as many new ids as the melody needs
                                          avoid_parallels=avoid_parallels)  # fmt: skip
         except ValueError as error:  # not MIDI, several lines, a model without parts or controls
@@ -323,7 +324,8 @@ class MusicSession:
                 raise ValueError(f"{source} ends before the gap starts")
             (path,) = infill_to_files(self.task.model, writer, notes, start, end, self._request_folder(),
                                       sampling, parts=chosen, controls=controls, seed=seed, audio=True,
-                                      avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"))  # fmt: skip
+                                      avoid_parallels=avoid_parallels, chord_sizes=self.facts.get("chord_sizes"),
+                                      part_ranges=self.facts.get("part_ranges"))  # fmt: skip
         except ValueError as error:  # not MIDI, an unreadable gap, a model without parts or controls
             reason = str(error).replace(str(upload), self.shown(upload)) if upload else str(error)
             raise gr.Error(" ".join(reason.split())) from None
