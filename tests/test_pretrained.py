@@ -198,6 +198,7 @@ def test_sheet_music_is_harmonized_on_the_command_line_and_the_page(tmp_path, ca
     assert message.startswith("jig.abc: 22 notes kept") and Path(page_score).is_file()
     assert pickup_quarters(pretty_midi.PrettyMIDI(page_midi)) == 0.5  # the page's MIDI keeps the jig's upbeat too
     assert ElementTree.parse(page_score).getroot().find("movement-title").text == "jig, harmonized"
+    assert ElementTree.parse(Path(page_score).with_suffix(".svg")).getroot().tag.endswith("svg")  # shown engraved
     (tmp_path / "broken.abc").write_text("X:1\nK:C\n[[[")
     with pytest.raises(gr.Error, match="Could not read the upload: broken.abc"):
         session.answer(None, str(tmp_path / "broken.abc"), 3.0, 32, 1.0, 0.95, 0, action="harmonize")
@@ -274,6 +275,7 @@ def test_a_harmonized_waltz_comes_with_its_score_in_three_four_at_its_tempo(tmp_
             "--parts", "2", "3", "4", "--no-audio", "--seed", "0", "--score"]  # fmt: skip
     main(argv)
     notes, firsts = read_parts(tmp_path / "out" / "sample_0.musicxml")
+    assert (tmp_path / "out" / "sample_0.svg").read_text().lstrip().startswith("<svg")  # the score engraved
     expected = [(n.pitch, round(n.start / QUARTER, 6), round((n.end - n.start) / QUARTER, 6)) for n in melody.instruments[0].notes]
     assert [(p, round(o, 6), round(q, 6)) for p, o, q in notes["Part 1"]] == expected
     assert len(notes) == 4 and all(first.timeSignature.ratioString == "3/4" for first in firsts)

@@ -63,6 +63,26 @@ def test_the_score_has_a_title_and_names_its_arranger_not_music21(tmp_path):
     assert root.find("movement-title").text == "sample_3"  # no title given: the file's name
 
 
+def test_the_score_is_engraved_with_every_note_and_staff(tmp_path):
+    """Verovio's picture of the waltz: one notehead per note of the MusicXML (counted by music21), a staff per part
+    named as its track, and the title."""
+    from multimodal.music.score import engrave_svg
+
+    score = write_musicxml(waltz(), tmp_path / "waltz.musicxml", title="Waltz, harmonized")
+    picture = engrave_svg(score)
+    assert picture == tmp_path / "waltz.svg"
+    svg = ElementTree.parse(picture).getroot()
+    classes = [element.get("class", "").split() for element in svg.iter()]
+    written = sum(len(found) for found in read_parts(score)[0].values())
+    assert sum("note" in names for names in classes) == written == 11
+    assert sum("staff" in names for names in classes) == 2 * 4  # two parts, each in 4 bars of 3/4 (12 beats)
+    text = " ".join(" ".join(element.itertext()) for element in svg.iter() if element.tag.endswith("text"))
+    assert "Flute" in text and "Cello" in text and "Waltz, harmonized" in text
+    (tmp_path / "broken.musicxml").write_text("not a score")
+    with pytest.raises(ValueError, match="broken.musicxml: Verovio could not read the score"):
+        engrave_svg(tmp_path / "broken.musicxml")
+
+
 def test_read_at_the_wrong_tempo_the_rhythm_changes(tmp_path):
     """The tempo matters: the same seconds on a grid of 120 a minute are not the waltz's quarters."""
     notes, _ = read_parts(write_musicxml(timed(waltz(), beat_grid(meter="3/4")), tmp_path / "fast.musicxml"))

@@ -133,9 +133,9 @@ def unconditional_prompt(tokenizer: MidiTokenizer, prompt: list[int], sampling: 
     return torch.tensor([tokenizer.without_controls(prompt)])
 
 
-SAMPLE_SUFFIXES = (".mid", ".png", ".wav", "_spectrogram.png", ".musicxml")
+SAMPLE_SUFFIXES = (".mid", ".png", ".wav", "_spectrogram.png", ".musicxml", ".svg")
 """The files one continuation named ``NAME`` may write: ``NAME.mid``, its piano roll, its audio and spectrogram, and
-its score (``multimodal generate --score``)."""
+its score and its engraving (``multimodal generate --score``)."""
 
 
 def part_names(tokenizer: MidiTokenizer) -> list[str] | None:

@@ -8,7 +8,8 @@ or primer it came from (:func:`~multimodal.music.bars.beat_grid`), the notes kee
 notes every 0.667 s), quantises them to sixteenths and eighth-note triplets (music21's ``quantizePost``), bars
 them in the file's meters, draws a short first bar as an upbeat and writes the key signature of the given key, the
 one the file writes (of sharps or flats), or that of the key music21 finds in the notes (the Krumhansl-Schmuckler
-profiles). MuseScore, Finale, Sibelius and Dorico open the file.
+profiles). MuseScore, Finale, Sibelius and Dorico open the file; :func:`engrave_svg` draws it as a picture
+(Verovio).
 """
 
 from __future__ import annotations
@@ -103,6 +104,38 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | No
     path.parent.mkdir(parents=True, exist_ok=True)
     score.write("musicxml", fp=str(path))
     return path
+
+
+ENGRAVING = {"pageWidth": 2100, "pageHeight": 60000, "adjustPageHeight": True, "scale": 40, "breaks": "auto",
+             "footer": "none"}  # fmt: skip
+"""Verovio's options: an A4-wide page as tall as the music needs (one picture for the whole score), at 40 %."""
+
+
+def engrave_svg(musicxml: str | Path, svg: str | Path | None = None) -> Path:
+    """Engraves a MusicXML score (:func:`write_musicxml`'s) as one SVG picture with Verovio: its title, staves,
+    clefs, key and time signatures, bars and notes, systems broken to an A4 page's width.
+
+    Args:
+        musicxml: The ``.musicxml`` file.
+        svg: The picture to write (None: beside the score, ``.svg``).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: Verovio cannot read the score (the message names it).
+    """
+    import verovio
+
+    svg = Path(musicxml).with_suffix(".svg") if svg is None else Path(svg)
+    verovio.enableLog(verovio.LOG_OFF)  # its own "[Error] ..." lines: the ValueError below says it in one
+    toolkit = verovio.toolkit()
+    toolkit.setOptions(ENGRAVING)
+    if not toolkit.loadFile(str(musicxml)) or toolkit.getPageCount() < 1:
+        raise ValueError(f"{musicxml}: Verovio could not read the score")
+    svg.parent.mkdir(parents=True, exist_ok=True)
+    svg.write_text(toolkit.renderToSVG(1), encoding="utf-8")
+    return svg
 
 
 def _key_name(key_number: int) -> tuple[str, str]:

@@ -45,7 +45,7 @@ from multimodal.music.harmonize import (
 )
 from multimodal.music.instruments import with_part_names, with_programs
 from multimodal.music.ranges import OutOfRange, check_melody_range, part_chord_sizes, part_ranges, transposed
-from multimodal.music.score import keep_timing, write_musicxml
+from multimodal.music.score import engrave_svg, keep_timing, write_musicxml
 from multimodal.music.sheet_music import is_sheet_music, sheet_music_to_midi
 from multimodal.music.tonality import key_emphasis
 from multimodal.tokenizers.midi import MidiTokenizer
@@ -88,7 +88,8 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--score", action="store_true",
                         help="also write <name>.musicxml, sheet music with a staff per part, in the primer's or "
                              "melody's meters, tempi and pickup (else --meter, else 4/4 at 120) and key (--key, "
-                             "else the key music21 finds); MuseScore opens it")  # fmt: skip
+                             "else the file's or the key music21 finds), which MuseScore opens, and <name>.svg, "
+                             "the score engraved (Verovio)")  # fmt: skip
     parser.add_argument("--transpose", type=_semitones, default=0, metavar="SEMITONES",
                         help="move the given music (melody, primer, piece) by this many semitones first, e.g. -12 "
                              "for a melody an octave above its part's range, -2 to sing a hymn a tone lower; the "
@@ -354,8 +355,9 @@ def _keep_timing(paths: list[Path], args: argparse.Namespace, grid: pretty_midi.
             continue
         try:
             named = title if title is None or len(paths) == 1 else f"{title} ({path.stem.replace('_', ' ')})"
-            write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), key, named)
-            print(f"wrote {path.with_suffix('.musicxml')} (the score)")
+            score = write_musicxml(pretty_midi.PrettyMIDI(str(path)), path.with_suffix(".musicxml"), key, named)
+            engrave_svg(score)
+            print(f"wrote {score} (the score; {score.with_suffix('.svg').name}: engraved)")
         except ValueError as error:  # nothing written: no score, and the other files stand
             print(f"warning: {error}", file=sys.stderr)
 

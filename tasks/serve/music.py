@@ -29,7 +29,7 @@ from multimodal.music.bars import beat_grid, span_seconds
 from multimodal.music.continuation import part_names, unconditional_prompt
 from multimodal.music.instruments import with_programs
 from multimodal.music.ranges import OutOfRange, check_melody_range, transposed
-from multimodal.music.score import keep_timing, write_musicxml
+from multimodal.music.score import engrave_svg, keep_timing, write_musicxml
 from multimodal.music.sheet_music import SHEET_MUSIC_SUFFIXES, is_sheet_music, sheet_music_to_midi
 from multimodal.tokenizers.midi_duration import MidiDurationTokenizer
 from multimodal.tokenizers.music_controls import KEYS, METERS, STYLES, parse_key
@@ -168,14 +168,16 @@ class MusicSession:
         return str(path.with_suffix(".wav")), str(path.with_suffix(".png")), str(path), message
 
 
-    def answer(self, *settings: Any, **named: Any) -> tuple[str | None, str | None, str | None, str | None, str]:
-        """What the page shows for :meth:`continue_primer`'s settings: its ``(wav, piano roll, midi, message)``, the MIDI
+    def answer(self, *settings: Any, **named: Any) -> tuple[str | None, str | None, str | None, str | None, str | None, str]:
+        """What the page shows for :meth:`continue_primer`'s settings: ``(wav, piano roll, the score engraved (SVG),
+        midi, the score (MusicXML), message)``: :meth:`continue_primer`'s files and message, the MIDI
         file on the upload's beats, its tempo map, meters, pickup and key signature (or those chosen; :meth:`beat_grid`),
-        and its MusicXML score before the message (:func:`~multimodal.music.score.write_musicxml`, in the key chosen,
-        else the upload's key signature or the key music21 finds; None when there is no music or no note)."""
+        its MusicXML score (:func:`~multimodal.music.score.write_musicxml`, in the key chosen, else the upload's key
+        signature or the key music21 finds) and its engraving (:func:`~multimodal.music.score.engrave_svg`; both None
+        when there is no music or no note)."""
         wav, roll, midi, message = self.continue_primer(*settings, **named)
         if midi is None:
-            return wav, roll, midi, None, message
+            return wav, roll, None, midi, None, message
         asked = inspect.signature(self.continue_primer).bind(*settings, **named).arguments
         key = KEYS[parse_key(asked["key"])] if asked.get("key") else None
         continued = asked.get("action", "continue") == "continue"
@@ -190,8 +192,8 @@ class MusicSession:
         try:
             score = write_musicxml(pretty_midi.PrettyMIDI(midi), Path(midi).with_suffix(".musicxml"), key, title)
         except ValueError:  # no notes: nothing to put on a staff
-            score = None
-        return wav, roll, midi, None if score is None else str(score), message
+            return wav, roll, None, midi, None, message
+        return wav, roll, str(engrave_svg(score)), midi, str(score), message
 
     def upload_as_midi(self, upload: str | None) -> str | None:
         """The upload as a MIDI file: itself, or a MIDI file (named after it) of an upload of sheet music, MusicXML or ABC
@@ -392,10 +394,11 @@ def music_page(task: Any, tokenizer: Any, data: dict[str, Any], checkpoint: Path
                 message = gr.Markdown()
                 audio = gr.Audio(label="listen", type="filepath")
                 roll = gr.Image(label="piano roll", type="filepath")  # its legend says what was given
+                engraved = gr.Image(label="the score", type="filepath")  # an SVG, engraved by Verovio
                 midi = gr.File(label="MIDI")
                 score = gr.File(label="score (MusicXML: MuseScore, Finale, Sibelius, Dorico)")
         button.click(session.answer, [piece, upload, seconds, length, temperature, top_p, seed, style,
                                       key, meter, density, action, guidance, avoid_parallels, emphasis,
                                       parts, gap_from, gap_to, instrument, pickup, melody_track, transpose],
-                     [audio, roll, midi, score, message], api_name="continue")  # fmt: skip
+                     [audio, roll, engraved, midi, score, message], api_name="continue")  # fmt: skip
     return page
