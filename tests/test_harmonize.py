@@ -517,3 +517,33 @@ def test_part_ranges_keep_the_models_notes_in_each_parts_range(tokenizer):
     filled = tokenizer.decode_notes(infill(Lowballer(tokenizer), tokenizer, pieces, 1.0, 4.0, parts=[1], top_k=1,
                                            part_ranges=[None, (40, 72)]))  # fmt: skip
     assert set(filled[filled[:, 4] == 1][:, 0].astype(int).tolist()) - set(line[:, 0].astype(int).tolist()) <= {50}
+
+
+class Smearer(Ostinato):
+    """Wants every pitch of part 1 started at every 10 ms step: a smear of notes, no two at one onset."""
+
+    def forward(self, tokens, state=None):
+        tokenizer, last = self.tokenizer, int(tokens[0, -1])
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
+        if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
+            logits[..., self.duration] = 30.0
+        elif tokenizer.time_shift_offset <= last < tokenizer.velocity_offset:
+            logits[..., tokenizer.pitch_offset + 128 + 40 : tokenizer.pitch_offset + 128 + 80] = 30.0
+        else:  # after a note: one step on
+            logits[..., tokenizer.time_shift_offset] = 30.0
+        return logits
+
+
+@TOKENIZERS
+def test_chord_sizes_count_the_notes_a_part_starts_within_fifty_milliseconds(tokenizer):
+    from multimodal.music.constrained import CHORD_SECONDS
+
+    line = melody(np.random.default_rng(4), num_notes=6)
+    given = np.column_stack([line, np.zeros(len(line))])
+    ids = harmonize(Smearer(tokenizer), tokenizer, given, parts=[1], max_new_tokens=400, top_k=1,
+                    chord_sizes=[1, 2, 1, 1], lookahead=RICHEST[id(tokenizer)])  # fmt: skip
+    notes = tokenizer.decode_notes(ids)
+    onsets = np.sort(notes[notes[:, 4] == 1][:, 1])
+    assert len(onsets) > 10  # the model wrote plenty
+    within = [int(((onsets >= t) & (onsets < t + CHORD_SECONDS - 1e-9)).sum()) for t in onsets]
+    assert max(within) == 2  # never more than the part's chord size in any 50 ms
