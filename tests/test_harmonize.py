@@ -229,7 +229,13 @@ def test_a_pitch_is_struck_once_an_onset_and_a_later_strike_ends_the_note(tokeni
 
 
 class Clusterer(Ostinato):
-    """Wants every pitch of part 1 at once, a cluster at each onset, then a quarter-second shift."""
+    """After a PITCH its length; else part 1's ``pitches`` (MIDI pitch: logit; default every pitch from 40 to 79 at
+    30), above a shift of ``shift`` + 1 steps: a cluster at each onset (every 0.25 s), or, with ``shift=0``, a smear
+    of notes over 10 ms steps."""
+
+    def __init__(self, tokenizer: MidiDurationTokenizer, pitches: dict[int, float] | None = None, shift: int = 24):
+        super().__init__(tokenizer)
+        self.pitches, self.shift = pitches or dict.fromkeys(range(40, 80), 30.0), shift
 
     def forward(self, tokens, state=None):
         tokenizer, last = self.tokenizer, int(tokens[0, -1])
@@ -237,23 +243,29 @@ class Clusterer(Ostinato):
         if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
             logits[..., self.duration] = 30.0
         else:
-            logits[..., tokenizer.pitch_offset + 128 + 40 : tokenizer.pitch_offset + 128 + 80] = 30.0
-            logits[..., tokenizer.time_shift_offset + 24] = 20.0
+            for pitch, logit in self.pitches.items():
+                logits[..., tokenizer.pitch_offset + 128 + pitch] = logit
+            logits[..., tokenizer.time_shift_offset + self.shift] = 20.0
         return logits
+
+
+def part_one_under(model: nn.Module, tokenizer: MidiDurationTokenizer, line: np.ndarray, **rules) -> np.ndarray:
+    """The notes ``(n, 5)`` ``model`` writes in part 1 under ``line`` (part 0, checked to come back exactly), greedily,
+    with the decoder's ``rules`` (``chord_sizes``, ``part_ranges``, ``max_new_tokens``)."""
+    given = np.column_stack([line, np.zeros(len(line))])
+    notes = tokenizer.decode_notes(harmonize(model, tokenizer, given, parts=[1], top_k=1, lookahead=RICHEST[id(tokenizer)],
+                                             **rules))  # fmt: skip
+    assert exact(notes[notes[:, 4] == 0]) == exact(line)
+    return notes[notes[:, 4] == 1]
 
 
 @TOKENIZERS
 def test_chord_sizes_bound_the_notes_a_part_starts_at_one_moment(tokenizer):
     line = melody(np.random.default_rng(3), num_notes=8)
-    given = np.column_stack([line, np.zeros(len(line))])
 
     def most_at_once(chord_sizes):
-        ids = harmonize(Clusterer(tokenizer), tokenizer, given, parts=[1], max_new_tokens=600, top_k=1,
-                        chord_sizes=chord_sizes, lookahead=RICHEST[id(tokenizer)])  # fmt: skip
-        notes = tokenizer.decode_notes(ids)
-        onsets = np.rint(notes[notes[:, 4] == 1][:, 1] / 0.01).astype(int)
-        assert exact(notes[notes[:, 4] == 0]) == exact(line)
-        return np.bincount(onsets).max()
+        written = part_one_under(Clusterer(tokenizer), tokenizer, line, max_new_tokens=600, chord_sizes=chord_sizes)
+        return np.bincount(np.rint(written[:, 1] / 0.01).astype(int)).max()
 
     assert most_at_once(None) >= 10  # unbounded, the model piles notes on one onset
     assert most_at_once([1, 2, 1, 1]) == 2
@@ -484,54 +496,25 @@ def test_the_melody_of_a_hymn_is_one_of_its_tracks_by_number_or_name(tmp_path):
             read_melody(tmp_path / "hymn.mid", track)
 
 
-class Lowballer(Ostinato):
+def LOW_A(tokenizer: MidiDurationTokenizer) -> Clusterer:
     """Wants part 1's lowest A (MIDI 21) above all, then its D an octave and a half up, at every onset."""
-
-    def forward(self, tokens, state=None):
-        tokenizer, last = self.tokenizer, int(tokens[0, -1])
-        logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
-        if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
-            logits[..., self.duration] = 30.0
-        else:
-            logits[..., tokenizer.pitch_offset + 128 + 21] = 30.0
-            logits[..., tokenizer.pitch_offset + 128 + 50] = 25.0
-            logits[..., tokenizer.time_shift_offset + 24] = 20.0
-        return logits
+    return Clusterer(tokenizer, {21: 30.0, 50: 25.0})
 
 
 @TOKENIZERS
 def test_part_ranges_keep_the_models_notes_in_each_parts_range(tokenizer):
     line = melody(np.random.default_rng(5), num_notes=8)
-    given = np.column_stack([line, np.zeros(len(line))])
 
-    def pitches(part_ranges):
-        ids = harmonize(Lowballer(tokenizer), tokenizer, given, parts=[1], max_new_tokens=300, top_k=1,
-                        part_ranges=part_ranges, lookahead=RICHEST[id(tokenizer)])  # fmt: skip
-        notes = tokenizer.decode_notes(ids)
-        assert exact(notes[notes[:, 4] == 0]) == exact(line)  # the melody is not the rule's business
-        return set(notes[notes[:, 4] == 1][:, 0].astype(int).tolist())
+    def pitches(part_ranges):  # the melody, kept exactly, is not the rule's business
+        written = part_one_under(LOW_A(tokenizer), tokenizer, line, max_new_tokens=300, part_ranges=part_ranges)
+        return set(written[:, 0].astype(int).tolist())
 
     assert 21 in pitches(None)  # unbounded, the model writes its low A
     assert pitches([None, (40, 72), None, None]) == {50}  # its next choice, the first inside the range
     pieces = np.column_stack([line, np.ones(len(line))])  # infill keeps a rewritten part in its range too
-    filled = tokenizer.decode_notes(infill(Lowballer(tokenizer), tokenizer, pieces, 1.0, 4.0, parts=[1], top_k=1,
+    filled = tokenizer.decode_notes(infill(LOW_A(tokenizer), tokenizer, pieces, 1.0, 4.0, parts=[1], top_k=1,
                                            part_ranges=[None, (40, 72)]))  # fmt: skip
     assert set(filled[filled[:, 4] == 1][:, 0].astype(int).tolist()) - set(line[:, 0].astype(int).tolist()) <= {50}
-
-
-class Smearer(Ostinato):
-    """Wants every pitch of part 1 started at every 10 ms step: a smear of notes, no two at one onset."""
-
-    def forward(self, tokens, state=None):
-        tokenizer, last = self.tokenizer, int(tokens[0, -1])
-        logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
-        if tokenizer.pitch_offset <= last < tokenizer.duration_offset:
-            logits[..., self.duration] = 30.0
-        elif tokenizer.time_shift_offset <= last < tokenizer.velocity_offset:
-            logits[..., tokenizer.pitch_offset + 128 + 40 : tokenizer.pitch_offset + 128 + 80] = 30.0
-        else:  # after a note: one step on
-            logits[..., tokenizer.time_shift_offset] = 30.0
-        return logits
 
 
 @TOKENIZERS
@@ -539,11 +522,8 @@ def test_chord_sizes_count_the_notes_a_part_starts_within_fifty_milliseconds(tok
     from multimodal.music.constrained import CHORD_SECONDS
 
     line = melody(np.random.default_rng(4), num_notes=6)
-    given = np.column_stack([line, np.zeros(len(line))])
-    ids = harmonize(Smearer(tokenizer), tokenizer, given, parts=[1], max_new_tokens=400, top_k=1,
-                    chord_sizes=[1, 2, 1, 1], lookahead=RICHEST[id(tokenizer)])  # fmt: skip
-    notes = tokenizer.decode_notes(ids)
-    onsets = np.sort(notes[notes[:, 4] == 1][:, 1])
+    written = part_one_under(Clusterer(tokenizer, shift=0), tokenizer, line, max_new_tokens=400, chord_sizes=[1, 2, 1, 1])
+    onsets = np.sort(written[:, 1])
     assert len(onsets) > 10  # the model wrote plenty
     within = [int(((onsets >= t) & (onsets < t + CHORD_SECONDS - 1e-9)).sum()) for t in onsets]
     assert max(within) == 2  # never more than the part's chord size in any 50 ms

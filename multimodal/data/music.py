@@ -48,14 +48,13 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from multimodal.data.anticipation import GivenNotesDraw
+from multimodal.data.music21_scores import SHEET_MUSIC_SUFFIXES, parse_pieces
 from multimodal.data.storage import atomic_write_text, cache_root, hash_bucket
 from multimodal.tokenizers.midi import MidiTokenizer
 from multimodal.tokenizers.midi_files import UnusableMidi, read_midi_notes
 from multimodal.tokenizers.music_controls import CONTROL_NAMES, DEFAULT_DROPOUT, Controls
 
 MIDI_SUFFIXES = (".mid", ".midi")
-SHEET_MUSIC_SUFFIXES = (".mxl", ".xml", ".musicxml", ".krn", ".abc")
-"""Sheet music music21 reads (MusicXML plain or compressed, Humdrum, ABC): the music21 corpus's files, and a user's."""
 NOTES_CACHE = "notes_v2.npz"  # bump the version when read_midi_notes changes (v2: the one reader, symusic)
 
 
@@ -170,11 +169,11 @@ def load_midi_folder(folder: str | Path, include_drums: bool = False) -> MidiCor
 
 
 def load_midi_files(paths: list[str | Path], include_drums: bool = False, parts: bool = False) -> MidiCorpus:
-    """MIDI files and sheet music, and every ``.mid`` / ``.midi`` file and sheet (:data:`SHEET_MUSIC_SUFFIXES`) under
+    """MIDI files and sheet music, and every ``.mid`` / ``.midi`` file and sheet (:data:`~multimodal.data.music21_scores.SHEET_MUSIC_SUFFIXES`) under
     folders (recursively), in the order given.
 
     With ``parts`` each note keeps its track (a sheet's part) as a fifth column (:func:`read_midi_notes`). Sheet music
-    is read as the music21 corpus is (:func:`~multimodal.data.music21_corpus.parse_pieces`: ties joined, repeats
+    is read as the music21 corpus is (:func:`~multimodal.data.music21_scores.parse_pieces`: ties joined, repeats
     once as written), each tune of an ABC book a piece.
 
     A piece's name is its path relative to the folder it was found in (a file's: its file name; ``#<number>`` after
@@ -217,8 +216,6 @@ def load_midi_files(paths: list[str | Path], include_drums: bool = False, parts:
 def _add_sheet_pieces(path: Path, name: str, parts: bool, names: list[str], notes: list[np.ndarray]) -> list[str]:
     """Appends the pieces of the sheet music at ``path`` to ``names`` and ``notes``; returns what was skipped (the file
     music21 cannot read, or pieces without notes), each warned of by name."""
-    from multimodal.data.music21_corpus import parse_pieces  # that module imports this one
-
     try:
         pieces = parse_pieces(path, name)
     except Exception as error:  # music21 raises what its parsers meet

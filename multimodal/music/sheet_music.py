@@ -2,7 +2,7 @@
 
 Musicians keep melodies as sheet music: MusicXML from MuseScore, Finale, Sibelius or Dorico, ABC for folk tunes.
 :func:`sheet_music_to_midi` writes one as a MIDI file the rest of the toolkit reads. The notes are read as the
-corpus the models trained on was read (:func:`~multimodal.data.music21_corpus.score_piece`: from music21's own
+corpus the models trained on was read (:func:`~multimodal.data.music21_scores.score_piece`: from music21's own
 note objects, ties joined, at concert pitch, repeats played once as written), a track per part named as the part
 (``--melody-track Soprano``). The file's beats are the sheet's, in quarter notes: its metronome marks (120 a
 minute before the first, as music21 plays a score), time and key signatures, and its pickup written as a short
@@ -19,8 +19,7 @@ from pathlib import Path
 import mido
 import pretty_midi
 
-from multimodal.data.music import SHEET_MUSIC_SUFFIXES
-from multimodal.data.music21_corpus import score_piece, tempo_marks
+from multimodal.data.music21_scores import SHEET_MUSIC_SUFFIXES, score_piece, tempo_marks
 from multimodal.music.bars import beat_grid
 from multimodal.music.score import timed
 
