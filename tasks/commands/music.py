@@ -196,11 +196,6 @@ def _sheet_music_read_as_midi(args: argparse.Namespace) -> Iterator[None]:
             yield
         except ValueError as error:
             raise ValueError(_as_given(args, str(error))) from None
-        finally:
-            for midi, path in args.given.items():
-                for option in ("harmonize", "primer"):
-                    if str(getattr(args, option)) == midi:
-                        setattr(args, option, Path(path))
 
 
 def _transposed(notes: np.ndarray, args: argparse.Namespace, source: str) -> np.ndarray:
