@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 from xml.etree import ElementTree
 
 import mido
@@ -78,6 +79,15 @@ def test_the_score_is_engraved_with_every_note_and_staff(tmp_path):
     assert sum("staff" in names for names in classes) == 2 * 4  # two parts, each in 4 bars of 3/4 (12 beats)
     text = " ".join(" ".join(element.itertext()) for element in svg.iter() if element.tag.endswith("text"))
     assert "Flute" in text and "Cello" in text and "Waltz, harmonized" in text
+    line = pretty_midi.PrettyMIDI()  # a part named after no instrument keeps its name on every system
+    line.instruments.append(pretty_midi.Instrument(0, name="Part 3"))
+    line.instruments[0].notes = [pretty_midi.Note(80, 60 + i % 5, 0.5 * i, 0.5 * i + 0.5) for i in range(200)]
+    abbreviations = ElementTree.parse(write_musicxml(line, tmp_path / "long.musicxml")).getroot().iter("part-abbreviation")
+    assert [element.text for element in abbreviations] == ["Part 3"]  # not "Pno", the piano's of program 0
+    threads = concurrent.futures.ThreadPoolExecutor(2)  # as the page's workers call it, after a first call here
+    drawn = list(threads.map(engrave_svg, [score] * 2, [tmp_path / "one.svg", tmp_path / "two.svg"]))
+    for path in drawn:  # (the ids Verovio gives its elements differ from one drawing to the next)
+        assert sum("note" in element.get("class", "").split() for element in ElementTree.parse(path).getroot().iter()) == 11
     (tmp_path / "broken.musicxml").write_text("not a score")
     with pytest.raises(ValueError, match="broken.musicxml: Verovio could not read the score"):
         engrave_svg(tmp_path / "broken.musicxml")

@@ -98,6 +98,8 @@ def write_musicxml(midi: pretty_midi.PrettyMIDI, path: str | Path, key: str | No
             _as_pickup(measures)
         if measures and found is not None:
             measures[0].keySignature = keys.KeySignature(found.sharps)
+        if part.partName and part.getInstrument(returnDefault=True).instrumentName != part.partName:
+            part.partAbbreviation = part.partName  # "Part 3" on every system, not the piano's "Pno" of its program
     path = Path(path)
     score.metadata = metadata.Metadata(title=title or path.stem)
     score.metadata.addContributor(metadata.Contributor(role="arranger", name=ARRANGER))
@@ -130,6 +132,9 @@ def engrave_svg(musicxml: str | Path, svg: str | Path | None = None) -> Path:
     svg = Path(musicxml).with_suffix(".svg") if svg is None else Path(svg)
     verovio.enableLog(verovio.LOG_OFF)  # its own "[Error] ..." lines: the ValueError below says it in one
     toolkit = verovio.toolkit()
+    # the wheel's fonts: a toolkit made in a thread other than the one that imported verovio looks where the wheel
+    # was built instead, finds no font and reads no score (the page's worker threads)
+    toolkit.setResourcePath(str(Path(verovio.__file__).parent / "data"))
     toolkit.setOptions(ENGRAVING)
     if not toolkit.loadFile(str(musicxml)) or toolkit.getPageCount() < 1:
         raise ValueError(f"{musicxml}: Verovio could not read the score")
